@@ -133,13 +133,13 @@ def test_kubelet_restart_leads_to_reregistration(
 ) -> None:
     device_manager.wait_resource(RESOURCE, capacity=3, allocatable=3)
     assert plugin.registrations == 1
-    old_socket_inode = plugin.socket_path.stat().st_ino
 
     device_manager.restart()
 
     wait_for("re-registration", lambda: plugin.registrations >= 2, timeout=20)
-    device_manager.wait_resource(RESOURCE, capacity=3, allocatable=3)
-    assert plugin.socket_path.stat().st_ino != old_socket_inode  # the kubelet removed the old one
+    res = device_manager.wait_resource(RESOURCE, capacity=3, allocatable=3)
+    assert {d.id for d in res.devices} == {"dev0", "dev1", "dev2"}
+    assert device_manager.starts == 2
 
 
 def test_device_that_disappears_becomes_unavailable(
