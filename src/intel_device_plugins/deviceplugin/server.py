@@ -208,7 +208,8 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             await self._stop_server(grace=0)
         directory = self.config.device_plugin_dir
         if not directory.is_dir():
-            raise OSError(f"device plugin directory {directory} does not exist")
+            state = "is not a directory" if directory.exists() else "does not exist"
+            raise OSError(f"device plugin directory {directory} {state}")
         if self.socket_path.exists() or self.socket_path.is_symlink():
             if _socket_in_use(self.socket_path):
                 raise OSError(f"socket {self.socket_path} is already in use by another process")
