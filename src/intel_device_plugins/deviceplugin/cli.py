@@ -1,0 +1,125 @@
+"""The command-line contract shared by every plugin binary.
+
+Flags keep upstream's spelling and accept one or two dashes (``-shared-dev-num 2`` and
+``--shared-dev-num=2``), so existing DaemonSet manifests keep working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from intel_device_plugins.deviceplugin.manager import serve_plugins
+from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.deviceplugin.server import FrameworkConfig
+
+DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_CDI_DIR = "/var/run/cdi"
+DEFAULT_SCAN_INTERVAL = 1.0
+
+
+class PluginArgumentParser(argparse.ArgumentParser):
+    """An argument parser whose long flags work with one or two dashes."""
+
+    def add_flag(self, name: str, **kwargs: Any) -> argparse.Action:
+        return self.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)
+
+    def add_bool_flag(self, name: str, **kwargs: Any) -> argparse.Action:
+        """A Go-style boolean flag: ``-name``, ``-name=true`` or ``-name=false``."""
+        return self.add_flag(name, nargs="?", const=True, default=False, type=parse_bool, **kwargs)
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "t", "true", "yes"):
+        return True
+    if lowered in ("0", "f", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be greater than 0")
+    return value
+
+
+def new_parser(program: str, description: str) -> PluginArgumentParser:
+    """A parser carrying the flags every plugin has."""
+    parser = PluginArgumentParser(prog=program, description=description)
+    parser.add_flag("prefix", default="", help="path prefix for /sys and /dev; kept in reported paths")
+    parser.add_flag("device-plugin-dir", default=DEFAULT_DEVICE_PLUGIN_DIR, help="where kubelet.sock lives")
+    parser.add_flag("cdi-dir", default=DEFAULT_CDI_DIR, help="where CDI spec files are written")
+    parser.add_flag(
+        "scan-interval",
+        type=positive_float,
+        default=DEFAULT_SCAN_INTERVAL,
+        help="seconds between device scans",
+    )
+    parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0: info)")
+    return parser
+
+
+def framework_config(args: argparse.Namespace) -> FrameworkConfig:
+    return FrameworkConfig(
+        device_plugin_dir=Path(args.device_plugin_dir),
+        cdi_dir=Path(args.cdi_dir),
+        scan_interval=args.scan_interval,
+    )
+
+
+def configure_logging(verbosity: int) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbosity >= 4 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+async def serve_until_signalled(plugins: Sequence[Scanner], config: FrameworkConfig) -> None:
+    """Serve until SIGTERM or SIGINT, then stop the servers and remove our sockets."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await serve_plugins(plugins, config, stop)
+
+
+def run_plugin_command(
+    parser: PluginArgumentParser,
+    build_plugins: Callable[[argparse.Namespace], Sequence[Scanner]],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse flags, build the plugin(s) and serve them; the body of every plugin's ``main``.
+
+    ``build_plugins`` raises ``ValueError`` for flag combinations that cannot work; that is reported
+    like any other bad flag (exit code 2, naming the flag) before anything is served.
+    """
+    args = parser.parse_args(argv)
+    configure_logging(args.verbosity)
+    try:
+        plugins = build_plugins(args)
+    except ValueError as error:
+        parser.error(str(error))
+    asyncio.run(serve_until_signalled(plugins, framework_config(args)))
+    return 0

@@ -1,0 +1,388 @@
+"""One kubelet-facing gRPC server per resource: serving, registration and staying registered.
+
+The server is supervised level-based: a single ``reconcile`` step checks "is my socket there and
+mine, is the kubelet I registered with still the one listening" and repairs whatever is off. It
+runs on every inotify event in the plugin directory and once a second as a safety net, so a kubelet
+restart (which deletes our socket) leads to a new socket and a new registration within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import grpc.aio
+
+from intel_device_plugins.deviceplugin.allocation import check_preferred, fallback_choice
+from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from intel_device_plugins.deviceplugin.cdi import write_cdi_spec
+from intel_device_plugins.deviceplugin.model import (
+    AllocationError,
+    CdiDevice,
+    ContainerAllocation,
+    DeviceMap,
+    default_allocation,
+)
+from intel_device_plugins.deviceplugin.plugin import (
+    Allocator,
+    PostAllocator,
+    PreferredAllocator,
+    PreStarter,
+    Scanner,
+)
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "v1beta1"
+KUBELET_SOCKET_NAME = "kubelet.sock"
+RECHECK_INTERVAL = 1.0
+"""Seconds between level checks when no inotify event arrives."""
+MAX_RETRY_INTERVAL = 1.0
+"""Backoff cap while the kubelet is unreachable; keeps re-registration within a second."""
+FIRST_RETRY_INTERVAL = 0.05
+REGISTER_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class FrameworkConfig:
+    """Where the framework talks to the kubelet and writes CDI specs."""
+
+    device_plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
+    cdi_dir: Path = Path("/var/run/cdi")
+    scan_interval: float = 1.0
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.device_plugin_dir / KUBELET_SOCKET_NAME
+
+
+def to_proto_allocation(allocation: ContainerAllocation) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=dict(allocation.envs),
+        annotations=dict(allocation.annotations),
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in allocation.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path, permissions=n.permissions)
+            for n in allocation.nodes
+        ],
+        cdi_devices=[pb.CDIDevice(name=name) for name in allocation.cdi_devices],
+    )
+
+
+def to_proto_devices(devices: DeviceMap) -> list[pb.Device]:
+    """Devices sorted by ID, so every ListAndWatch message is deterministic."""
+    return [
+        pb.Device(
+            ID=device_id,
+            health=info.health.value,
+            topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in info.numa_nodes])
+            if info.numa_nodes
+            else None,
+        )
+        for device_id, info in sorted(devices.items())
+    ]
+
+
+def _socket_in_use(path: Path) -> bool:
+    """Whether a live process accepts connections on ``path`` (a stale file does not)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(os.fspath(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(info.st_mode):
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+class ResourceServer(pb_grpc.DevicePluginServicer):
+    """Serves one resource (``<namespace>/<resource>``) to the kubelet."""
+
+    def __init__(self, plugin: Scanner, resource: str, config: FrameworkConfig) -> None:
+        self.plugin = plugin
+        self.resource = resource
+        self.config = config
+        self.resource_name = f"{plugin.namespace}/{resource}"
+        self.socket_name = f"{plugin.namespace}-{resource}.sock"
+        self.socket_path = config.device_plugin_dir / self.socket_name
+        self._devices: DeviceMap = {}
+        self._version = 0
+        self._changed = asyncio.Condition()
+        self._server: grpc.aio.Server | None = None
+        self._socket_identity: tuple[int, int] | None = None
+        self._registered_with: tuple[int, int] | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._last_problem = ""
+        self._cdi_written: dict[str, tuple[CdiDevice, Path]] = {}
+        self.registrations = 0
+        """How many times this resource registered with a kubelet (observability and tests)."""
+
+    # ----- state pushed by the manager -------------------------------------------------------
+
+    @property
+    def devices(self) -> DeviceMap:
+        return self._devices
+
+    async def update(self, devices: DeviceMap) -> None:
+        """Replace the advertised devices; every open ListAndWatch stream sends the new list."""
+        async with self._changed:
+            self._devices = devices
+            self._version += 1
+            self._changed.notify_all()
+
+    def wake(self) -> None:
+        """Ask the supervisor to re-check socket and registration now (inotify event)."""
+        self._wake.set()
+
+    # ----- lifecycle -------------------------------------------------------------------------
+
+    async def supervise(self) -> None:
+        """Keep the socket served and registered until ``stop`` is called."""
+        retry = FIRST_RETRY_INTERVAL
+        while not self._stopping:
+            self._wake.clear()
+            if await self.reconcile():
+                delay, retry = RECHECK_INTERVAL, FIRST_RETRY_INTERVAL
+            else:
+                delay, retry = retry, min(retry * 2, MAX_RETRY_INTERVAL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+
+    async def reconcile(self) -> bool:
+        """One level-based repair step; ``True`` when served and registered."""
+        if self._stopping:
+            return False
+        try:
+            if self._server is None or _inode(self.socket_path) != self._socket_identity:
+                await self._restart_serving()
+            kubelet = _inode(self.config.kubelet_socket)
+            if kubelet is None:
+                self._problem(
+                    f"kubelet socket {self.config.kubelet_socket} not found; waiting for the kubelet"
+                )
+                return False
+            if kubelet != self._registered_with:
+                await self._register()
+                self._registered_with = kubelet
+                self.registrations += 1
+                self._last_problem = ""
+                log.info("registered %s with the kubelet (endpoint %s)", self.resource_name, self.socket_name)
+            return True
+        except (OSError, grpc.aio.AioRpcError, RuntimeError) as error:
+            self._problem(f"{self.resource_name}: {error}")
+            return False
+
+    def _problem(self, message: str) -> None:
+        """Log a persistent problem once, not on every retry."""
+        if message != self._last_problem:
+            log.warning("%s", message)
+            self._last_problem = message
+
+    async def _restart_serving(self) -> None:
+        if self._server is not None:
+            log.info("socket %s was removed; serving it again", self.socket_path)
+            await self._stop_server(grace=0)
+        directory = self.config.device_plugin_dir
+        if not directory.is_dir():
+            state = "is not a directory" if directory.exists() else "does not exist"
+            raise OSError(f"device plugin directory {directory} {state}")
+        if self.socket_path.exists() or self.socket_path.is_symlink():
+            if _socket_in_use(self.socket_path):
+                raise OSError(f"socket {self.socket_path} is already in use by another process")
+            self.socket_path.unlink()
+        server = grpc.aio.server()
+        pb_grpc.add_DevicePluginServicer_to_server(self, server)
+        try:
+            server.add_insecure_port(f"unix:{self.socket_path}")
+        except RuntimeError as error:
+            raise OSError(f"cannot listen on {self.socket_path}: {error}") from error
+        await server.start()
+        self._server = server
+        self._socket_identity = _inode(self.socket_path)
+        self._registered_with = None
+
+    async def _register(self) -> None:
+        request = pb.RegisterRequest(
+            version=API_VERSION,
+            endpoint=self.socket_name,
+            resource_name=self.resource_name,
+            options=self._options(),
+        )
+        async with grpc.aio.insecure_channel(f"unix:{self.config.kubelet_socket}") as channel:
+            await pb_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT)
+
+    async def _stop_server(self, grace: float) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace=grace)
+        if self._socket_identity is not None and _inode(self.socket_path) == self._socket_identity:
+            self.socket_path.unlink(missing_ok=True)
+        self._socket_identity = None
+
+    async def stop(self) -> None:
+        """Stop serving and remove our own socket (never someone else's)."""
+        self._stopping = True
+        self._wake.set()
+        async with self._changed:
+            self._changed.notify_all()
+        await self._stop_server(grace=0.2)
+
+    # ----- DevicePlugin service --------------------------------------------------------------
+
+    def _options(self) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(
+            pre_start_required=isinstance(self.plugin, PreStarter),
+            get_preferred_allocation_available=isinstance(self.plugin, PreferredAllocator),
+        )
+
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.DevicePluginOptions]
+    ) -> pb.DevicePluginOptions:
+        return self._options()
+
+    async def ListAndWatch(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse]
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+        sent_version = -1
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(self._news_since(sent_version))
+                if self._stopping:
+                    return
+                sent_version = self._version
+                devices = self._devices
+            yield pb.ListAndWatchResponse(devices=to_proto_devices(devices))
+
+    def _news_since(self, version: int) -> Callable[[], bool]:
+        return lambda: self._stopping or self._version != version
+
+    async def Allocate(
+        self,
+        request: pb.AllocateRequest,
+        context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse],
+    ) -> pb.AllocateResponse:
+        devices = self._devices
+        responses = []
+        for container in request.container_requests:
+            ids = list(container.devices_ids)
+            try:
+                allocation = self.allocate_container(devices, ids)
+            except AllocationError as error:
+                log.warning("%s: Allocate rejected: %s", self.resource_name, error)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            except Exception as error:
+                log.exception("%s: Allocate of %s failed", self.resource_name, ids)
+                await context.abort(
+                    grpc.StatusCode.INTERNAL, f"{self.resource_name}: allocation failed: {error}"
+                )
+            self._write_cdi_specs(devices, ids)
+            responses.append(to_proto_allocation(allocation))
+        return pb.AllocateResponse(container_responses=responses)
+
+    def allocate_container(self, devices: DeviceMap, ids: Sequence[str]) -> ContainerAllocation:
+        """The plugin's own allocation if it has one, else the default plus its post-allocation hook."""
+        if isinstance(self.plugin, Allocator):
+            custom = self.plugin.allocate(self.resource, devices, ids)
+            if custom is not None:
+                return custom
+        allocation = default_allocation(devices, list(ids))
+        if isinstance(self.plugin, PostAllocator):
+            allocation = self.plugin.post_allocate(self.resource, devices, ids, allocation)
+        return allocation
+
+    def _write_cdi_specs(self, devices: DeviceMap, ids: Sequence[str]) -> None:
+        """Make sure the runtime can resolve every CDI name handed out.
+
+        A spec written before is only checked for existence (``/var/run`` is emptied on reboot);
+        a changed device gets its spec rewritten.
+        """
+        for device_id in ids:
+            info = devices.get(device_id)
+            if info is None or info.cdi is None:
+                continue
+            known = self._cdi_written.get(info.cdi.qualified_name)
+            if known is not None and known[0] == info.cdi and os.path.exists(known[1]):
+                continue
+            try:
+                path = write_cdi_spec(self.config.cdi_dir, info.cdi)
+                self._cdi_written[info.cdi.qualified_name] = (info.cdi, path)
+            except OSError as error:
+                log.error(
+                    "cannot write CDI spec for %s in %s: %s",
+                    info.cdi.qualified_name,
+                    self.config.cdi_dir,
+                    error,
+                )
+
+    async def GetPreferredAllocation(
+        self,
+        request: pb.PreferredAllocationRequest,
+        context: grpc.aio.ServicerContext[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse],
+    ) -> pb.PreferredAllocationResponse:
+        responses = []
+        for container in request.container_requests:
+            available = list(container.available_deviceIDs)
+            must_include = list(container.must_include_deviceIDs)
+            size = container.allocation_size
+            responses.append(
+                pb.ContainerPreferredAllocationResponse(
+                    deviceIDs=self.preferred(available, must_include, size)
+                )
+            )
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+        """The plugin's preference, checked; any failure yields a valid fallback, never an error.
+
+        An error here would make the kubelet reject the pod, so this never raises.
+        """
+        if not isinstance(self.plugin, PreferredAllocator):
+            return list(fallback_choice(available, must_include, size))
+        try:
+            answer = list(self.plugin.preferred_allocation(self.resource, available, must_include, size))
+        except Exception as error:
+            log.warning(
+                "%s: preferred allocation policy failed (%s); using fallback", self.resource_name, error
+            )
+            return list(fallback_choice(available, must_include, size))
+        checked = check_preferred(answer, available, must_include, size)
+        if checked.problem:
+            log.warning("%s: preferred allocation %s; using fallback", self.resource_name, checked.problem)
+        return list(checked.ids)
+
+    async def PreStartContainer(
+        self,
+        request: pb.PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[pb.PreStartContainerRequest, pb.PreStartContainerResponse],
+    ) -> pb.PreStartContainerResponse:
+        if isinstance(self.plugin, PreStarter):
+            try:
+                self.plugin.pre_start(self.resource, list(request.devices_ids))
+            except Exception as error:
+                log.warning("%s: PreStartContainer failed: %s", self.resource_name, error)
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+        return pb.PreStartContainerResponse()

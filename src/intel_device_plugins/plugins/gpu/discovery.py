@@ -1,0 +1,236 @@
+"""GPU discovery: from a filesystem root to the ``gpu.intel.com`` device tree.
+
+A pure function of the files under ``prefix`` and the options. It never raises for one bad card:
+the card is skipped (not ours, or not a DRM card) or reported Unhealthy (ours, but its device nodes
+are gone), and the reason is returned as a problem line naming the card.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from intel_device_plugins.deviceplugin.model import (
+    CdiDevice,
+    DeviceInfo,
+    DeviceNode,
+    DeviceTree,
+    Health,
+    Mount,
+)
+from intel_device_plugins.deviceplugin.topology import TopologyError, devices_root, numa_nodes_of_resolved
+from intel_device_plugins.sysfs import (
+    INTEL_VENDOR_ID,
+    PCI_ADDRESS,
+    driver_name,
+    is_pf_with_vfs,
+    list_dir,
+    prefixed,
+    read_first_line,
+    read_trimmed,
+)
+
+NAMESPACE = "gpu.intel.com"
+CDI_KIND = "intel.cdi.k8s.io/gpu"
+DEFAULT_DRIVER = "i915"
+MONITORING_ID = "all"
+
+CARD_NAME = re.compile(r"^card[0-9]+$")
+CONTROL_NODE = re.compile(r"^controlD[0-9]+$")
+
+
+class ByPath(StrEnum):
+    """How ``/dev/dri/by-path`` is made visible in the container."""
+
+    SINGLE = "single"
+    NONE = "none"
+    ALL = "all"
+
+
+class MonitoringMode(StrEnum):
+    SINGLE = "single"
+    SPLIT = "split"
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    shared_dev_num: int = 1
+    by_path: ByPath = ByPath.SINGLE
+    allow_ids: frozenset[str] = frozenset()
+    deny_ids: frozenset[str] = frozenset()
+    enable_monitoring: bool = False
+    monitoring_mode: MonitoringMode = MonitoringMode.SINGLE
+
+
+@dataclass(frozen=True)
+class GpuScan:
+    tree: DeviceTree
+    problems: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class _Card:
+    name: str
+    driver: str
+    info: DeviceInfo
+    monitoring_nodes: tuple[DeviceNode, ...]
+
+
+@dataclass(frozen=True)
+class _NodeView:
+    """What one scan reads once and shares between cards."""
+
+    prefix: str
+    drm_dir: str
+    dri_dir: str
+    dev_dir: str
+    by_path_dir: str
+    dri_entries: frozenset[str]
+    by_path_entries: tuple[str, ...] | None
+    sys_devices: str
+
+
+def _node_view(prefix: str) -> _NodeView:
+    dri_dir = str(prefixed(prefix, "/dev/dri"))
+    by_path_dir = os.path.join(dri_dir, "by-path")
+    by_path = list_dir(by_path_dir)
+    return _NodeView(
+        prefix=prefix,
+        drm_dir=str(prefixed(prefix, "/sys/class/drm")),
+        dri_dir=dri_dir,
+        dev_dir=str(prefixed(prefix, "/dev")),
+        by_path_dir=by_path_dir,
+        dri_entries=frozenset(list_dir(dri_dir) or ()),
+        by_path_entries=tuple(by_path) if by_path is not None else None,
+        sys_devices=devices_root(prefix or "/"),
+    )
+
+
+def _pci_device_dir(view: _NodeView, name: str) -> str | None:
+    """``/sys/class/drm/card0`` → ``…/devices/…/0000:00:02.0/drm/card0`` → the PCI function's directory."""
+    try:
+        target = os.readlink(os.path.join(view.drm_dir, name))
+    except OSError:
+        return None
+    drm_node_dir = os.path.normpath(os.path.join(view.drm_dir, target))
+    if os.path.basename(os.path.dirname(drm_node_dir)) != "drm":
+        return None
+    return os.path.dirname(os.path.dirname(drm_node_dir))
+
+
+def _by_path_mounts(view: _NodeView, mode: ByPath, pci_dir: str) -> tuple[Mount, ...]:
+    if mode is ByPath.NONE or view.by_path_entries is None:
+        return ()
+    if mode is ByPath.ALL:
+        return (Mount(view.by_path_dir, view.by_path_dir, read_only=True),)
+    address = os.path.basename(pci_dir)
+    if not PCI_ADDRESS.match(address):
+        return ()
+    wanted = f"pci-{address}"
+    paths = (os.path.join(view.by_path_dir, e) for e in view.by_path_entries if e.startswith(wanted))
+    return tuple(Mount(path, path, read_only=True) for path in paths)
+
+
+def _mei_nodes(view: _NodeView, pci_dir: str) -> tuple[DeviceNode, ...]:
+    nodes: list[DeviceNode] = []
+    for entry in list_dir(pci_dir) or ():
+        if ".mei-" in entry:
+            for name in list_dir(os.path.join(pci_dir, entry, "mei")) or ():
+                path = os.path.join(view.dev_dir, name)
+                nodes.append(DeviceNode(path, path, "rw"))
+    return tuple(nodes)
+
+
+def _inspect_card(view: _NodeView, name: str, options: GpuOptions, problems: list[str]) -> _Card | None:
+    device_dir = os.path.join(view.drm_dir, name, "device")
+    vendor = read_trimmed(os.path.join(device_dir, "vendor"))
+    if vendor is None:
+        problems.append(f"GPU {name}: cannot read {device_dir}/vendor; card skipped")
+        return None
+    if vendor != INTEL_VENDOR_ID:
+        return None
+    drm_entries = list_dir(os.path.join(device_dir, "drm"))
+    if drm_entries is None:
+        return None
+    if options.allow_ids or options.deny_ids:
+        device_id = read_first_line(os.path.join(device_dir, "device"))
+        if not device_id:
+            problems.append(
+                f"GPU {name}: cannot read its PCI device ID; skipped because allow/deny lists are set"
+            )
+            return None
+        if options.allow_ids and device_id not in options.allow_ids:
+            return None
+        if device_id in options.deny_ids:
+            return None
+    if is_pf_with_vfs(device_dir):
+        return None
+
+    driver = driver_name(device_dir) or DEFAULT_DRIVER
+    expected = [entry for entry in drm_entries if not CONTROL_NODE.match(entry)]
+    present = [entry for entry in expected if entry in view.dri_entries]
+    paths = [os.path.join(view.dri_dir, entry) for entry in present]
+    nodes = tuple(DeviceNode(path, path, "rw") for path in paths)
+    health = Health.HEALTHY
+    if not present:
+        if not expected:
+            return None
+        problems.append(
+            f"GPU {name}: none of its device nodes {expected} exist in {view.dri_dir}; reported Unhealthy"
+        )
+        health = Health.UNHEALTHY
+    elif len(present) < len(expected):
+        missing = sorted(set(expected) - set(present))
+        problems.append(f"GPU {name}: device nodes {missing} missing in {view.dri_dir}; reported Unhealthy")
+        health = Health.UNHEALTHY
+
+    pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
+    mounts = _by_path_mounts(view, options.by_path, pci_dir)
+    try:
+        numa = numa_nodes_of_resolved(pci_dir, view.sys_devices)
+    except TopologyError as error:
+        problems.append(f"GPU {name}: {error}; no NUMA topology reported")
+        numa = ()
+    info = DeviceInfo(
+        health=health,
+        nodes=nodes,
+        mounts=mounts,
+        numa_nodes=numa,
+        cdi=CdiDevice(kind=CDI_KIND, name=name, nodes=nodes, mounts=mounts) if nodes else None,
+    )
+    monitoring = nodes + _mei_nodes(view, pci_dir) if options.enable_monitoring else ()
+    return _Card(name, driver, info, monitoring)
+
+
+def _card_number(name: str) -> int:
+    return int(name[4:])
+
+
+def scan_gpus(prefix: str, options: GpuOptions) -> GpuScan:
+    """The complete GPU device tree of the node under ``prefix``, with the problems found."""
+    problems: list[str] = []
+    view = _node_view(prefix)
+    entries = list_dir(view.drm_dir)
+    if entries is None:
+        return GpuScan({}, (f"cannot read {view.drm_dir}; no GPUs advertised",))
+    tree: dict[str, dict[str, DeviceInfo]] = {}
+    monitoring: dict[str, list[DeviceNode]] = {}
+    for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
+        card = _inspect_card(view, name, options, problems)
+        if card is None:
+            continue
+        devices = tree.setdefault(card.driver, {})
+        for index in range(options.shared_dev_num):
+            devices[f"{name}-{index}"] = card.info
+        if options.enable_monitoring:
+            resource = (
+                "monitoring"
+                if options.monitoring_mode is MonitoringMode.SINGLE
+                else f"{card.driver}_monitoring"
+            )
+            monitoring.setdefault(resource, []).extend(card.monitoring_nodes)
+    for resource, nodes in monitoring.items():
+        tree[resource] = {MONITORING_ID: DeviceInfo(health=Health.HEALTHY, nodes=tuple(nodes))}
+    return GpuScan(tree, tuple(problems))

@@ -1,0 +1,139 @@
+"""Simulated Intel GPUs (i915 and xe), the way the kernel lays them out.
+
+For card N: ``/sys/class/drm/cardN`` → ``/sys/devices/pci…/<bdf>/drm/cardN``, the PCI function with
+vendor, device, driver link, NUMA node and SR-IOV files, the DRM minors ``cardN`` and ``renderD<128+N>``
+under ``/dev/dri``, ``/dev/dri/by-path`` links and, optionally, MEI nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from intel_device_plugins.sim.fakefs import FakeTree, entry_options
+
+DEFAULTS: Mapping[str, Any] = {
+    "driver": "i915",
+    "count": 1,
+    "numa_node": 0,
+    "device_id": "0x56c0",
+    "vendor": "0x8086",
+    "vfs": 0,
+    "tiles": 1,
+    "memory_bytes": 0,
+    "mei": False,
+}
+
+
+@dataclass(frozen=True)
+class SimulatedCard:
+    index: int
+    address: str
+
+
+def _next_card_index(tree: FakeTree) -> int:
+    drm = tree.path("/sys/class/drm")
+    used = {int(p.name[4:]) for p in drm.glob("card*") if p.name[4:].isdigit()} if drm.is_dir() else set()
+    index = 0
+    while index in used:
+        index += 1
+    return index
+
+
+def add_card(
+    tree: FakeTree,
+    *,
+    driver: str = "i915",
+    numa_node: int = 0,
+    device_id: str = "0x56c0",
+    vendor: str = "0x8086",
+    tiles: int = 1,
+    memory_bytes: int = 0,
+    mei: bool = False,
+    address: str | None = None,
+    physfn: str | None = None,
+    bind_driver: bool = True,
+) -> SimulatedCard:
+    """Create one card (device nodes last, as udev does); returns its index and PCI address."""
+    index = _next_card_index(tree)
+    address = address or tree.next_pci_address()
+    function = tree.pci_function(
+        address, vendor=vendor, device=device_id, numa_node=numa_node, driver=driver if bind_driver else None
+    )
+    sysfs = "/" + str(function.sysfs_dir.relative_to(tree.root))
+    render = 128 + index
+    tree.mkdir(f"{sysfs}/drm/card{index}")
+    tree.mkdir(f"{sysfs}/drm/renderD{render}")
+    tree.mkdir(f"{sysfs}/drm/controlD{64 + index}")
+    tree.link(f"{sysfs}/drm/card{index}/device", sysfs)
+    for tile in range(tiles):
+        tree.mkdir(f"{sysfs}/drm/card{index}/gt/gt{tile}")
+    if memory_bytes:
+        tree.write(f"{sysfs}/drm/card{index}/lmem_total_bytes", f"{memory_bytes}\n")
+    if physfn is not None:
+        tree.link(f"{sysfs}/physfn", tree.sysfs_of(physfn))
+    if mei:
+        tree.mkdir(f"{sysfs}/{driver}.mei-gscfi.{index}/mei/mei{index}")
+        tree.device_node(f"/dev/mei{index}")
+    tree.link(f"/sys/class/drm/card{index}", f"{sysfs}/drm/card{index}")
+    tree.link(f"/sys/class/drm/renderD{render}", f"{sysfs}/drm/renderD{render}")
+    tree.device_node(f"/dev/dri/card{index}")
+    tree.device_node(f"/dev/dri/renderD{render}")
+    tree.link(f"/dev/dri/by-path/pci-{address}-card", f"/dev/dri/card{index}")
+    tree.link(f"/dev/dri/by-path/pci-{address}-render", f"/dev/dri/renderD{render}")
+    return SimulatedCard(index, address)
+
+
+def remove_card(tree: FakeTree, index: int) -> None:
+    """Hot-unplug card ``index``: its device nodes, by-path links and sysfs entries disappear."""
+    card_link = tree.path(f"/sys/class/drm/card{index}")
+    address = card_link.resolve().parent.parent.name
+    for entry in list(tree.path("/dev/dri/by-path").glob(f"pci-{address}-*")):
+        entry.unlink()
+    render = 128 + index
+    for absolute in (
+        f"/dev/dri/card{index}",
+        f"/dev/dri/renderD{render}",
+        f"/dev/mei{index}",
+        f"/sys/class/drm/card{index}",
+        f"/sys/class/drm/renderD{render}",
+        f"/sys/bus/pci/devices/{address}",
+    ):
+        tree.remove(absolute)
+    for driver_dir in tree.path("/sys/bus/pci/drivers").glob("*"):
+        tree.remove(f"/sys/bus/pci/drivers/{driver_dir.name}/{address}")
+    tree.remove(f"/sys/devices/pci{address[:7]}/{address}")
+
+
+def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Build every ``[[gpu]]`` entry. ``vfs > 0`` makes each card an SR-IOV PF with that many VF cards."""
+    for entry in entries:
+        options = entry_options(entry, "gpu", DEFAULTS)
+        driver, numa_node = str(options["driver"]), int(options["numa_node"])
+        device_id, vendor = str(options["device_id"]), str(options["vendor"])
+        vfs = int(options["vfs"])
+        for _ in range(int(options["count"])):
+            card = add_card(
+                tree,
+                driver=driver,
+                numa_node=numa_node,
+                device_id=device_id,
+                vendor=vendor,
+                tiles=int(options["tiles"]),
+                memory_bytes=int(options["memory_bytes"]),
+                mei=bool(options["mei"]),
+            )
+            sysfs = tree.sysfs_of(card.address)
+            tree.write(f"{sysfs}/sriov_numvfs", f"{vfs}\n")
+            if vfs:
+                tree.write(f"{sysfs}/sriov_totalvfs", f"{max(vfs, 7)}\n")
+            for _vf in range(vfs):
+                add_card(
+                    tree,
+                    driver=driver,
+                    numa_node=numa_node,
+                    device_id=device_id,
+                    vendor=vendor,
+                    physfn=card.address,
+                )
