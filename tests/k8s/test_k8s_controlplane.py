@@ -117,9 +117,7 @@ def _gpu_pod(name: str, node: str, count: int) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [
-                {"name": "app", "image": "busybox", "resources": {"limits": {GPU: str(count)}}}
-            ],
+            "containers": [{"name": "app", "image": "busybox", "resources": {"limits": {GPU: str(count)}}}],
         },
     }
 
