@@ -17,7 +17,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
 KWOK_VERSION="v0.8.0"
-export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+# -mod=readonly: the committed go.mod/go.sum are the whole truth; drift fails instead of being fixed up.
+export GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
 
 log() { echo "[k8s-build] $*" >&2; }
 
