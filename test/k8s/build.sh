@@ -10,7 +10,8 @@
 # build cache. Override with K8S_BIN_CACHE=<dir>.
 #
 # Environment: K8S_BIN_CACHE (cache root), BUILD_JOBS (go build -p, default 2),
-# K8S_BUILD_NICE (nice level, default 10), K8S_BUILD_ONLY (space-separated subset, for benchmarks).
+# K8S_BUILD_NICE (nice level, default 10), K8S_BUILD_ONLY (space-separated subset, for benchmarks),
+# K8S_BUILD_NO_LINK=1 (leave the test/k8s/bin symlink alone, for builds into a throw-away cache).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,6 +31,8 @@ key="k8s-${k8s_version}_kwok-${KWOK_VERSION}_${go_version}_${src_hash}"
 cache_root="${K8S_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/intel-device-plugins/k8s-bin}"
 out="${cache_root}/${key}"
 
+link_bin() { [[ -n "${K8S_BUILD_NO_LINK:-}" ]] || ln -sfn "$out" "$here/bin"; }
+
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok devicemanager-harness)
 complete=1
 for b in "${binaries[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
@@ -37,7 +40,7 @@ for b in "${binaries[@]}"; do [[ -x "$out/$b" ]] || complete=0; done
 
 if [[ $complete == 1 && -z "${K8S_BUILD_ONLY:-}" ]]; then
     log "cache hit: $out"
-    ln -sfn "$out" "$here/bin"
+    link_bin
     echo "$out"
     exit 0
 fi
@@ -96,5 +99,10 @@ if [[ -n "${K8S_BUILD_ONLY:-}" ]]; then
 fi
 rm -rf "$out"
 mv "$out.tmp" "$out"
-ln -sfn "$out" "$here/bin"
+link_bin
+# Keep the three most recent builds (other work trees may use other keys); each is ~500 MB.
+old_builds="$(ls -1dt "$cache_root"/k8s-* 2>/dev/null | grep -v '\.tmp$' | tail -n +4 || true)"
+for old in $old_builds; do
+    [[ "$old" == "$out" ]] || rm -rf "$old"
+done
 echo "$out"
