@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,13 +68,28 @@ def test_service_account_without_rights_is_denied(
         sa.close()
 
 
-def test_service_account_kubeconfig_file(
+def test_kubeconfig_files_work_with_kubectl(
+    k8s_control_plane: ControlPlane,
+    k8s_binaries: Binaries,
     service_account_kubeconfig: Callable[[str, str], Path],
 ) -> None:
+    kubectl = str(k8s_binaries.path("kubectl"))
+    admin = subprocess.run(
+        [kubectl, "--kubeconfig", str(k8s_control_plane.admin_kubeconfig), "auth", "whoami", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert "system:masters" in admin.stdout
+
     path = service_account_kubeconfig("kc-test", "reader")
-    text = path.read_text()
-    assert "certificate-authority-data" in text and "token:" in text
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+    denied = subprocess.run(
+        [kubectl, "--kubeconfig", str(path), "get", "pods"], capture_output=True, text=True, timeout=30
+    )
+    assert denied.returncode != 0
+    assert 'User "system:serviceaccount:kc-test:reader" cannot list resource "pods"' in denied.stderr
 
 
 def _daemonset(name: str, node_selector: dict[str, str]) -> dict[str, Any]:
@@ -108,6 +124,18 @@ def test_daemonset_pods_become_ready_on_kwok_nodes(
         assert all(p["status"]["phase"] == "Running" for p in pods)
     finally:
         k8s_admin.delete("/apis/apps/v1/namespaces/default/daemonsets/ds-test")
+
+
+def test_daemonset_on_100_kwok_nodes(k8s_admin: KubeClient, kwok_nodes: Callable[..., list[str]]) -> None:
+    kwok_nodes(100, labels={"ds-scale": "yes"})
+    k8s_admin.create(
+        "/apis/apps/v1/namespaces/default/daemonsets", _daemonset("ds-scale", {"ds-scale": "yes"})
+    )
+    try:
+        ds = wait_daemonset_ready(k8s_admin, "default", "ds-scale", expected=100, timeout=180)
+        assert ds["status"]["numberAvailable"] == 100
+    finally:
+        k8s_admin.delete("/apis/apps/v1/namespaces/default/daemonsets/ds-scale")
 
 
 def _gpu_pod(name: str, node: str, count: int) -> dict[str, Any]:
@@ -165,6 +193,13 @@ def test_kwok_node_shows_harness_capacity_and_gpu_pod_is_scheduled(
         finally:
             for name in ("gpu-fits", "gpu-too-big"):
                 k8s_admin.delete(f"/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0")
+
+    # The plugin is gone: the kubelet keeps the capacity for its grace period but nothing is allocatable.
+    def drained() -> bool:
+        st = k8s_admin.get(f"/api/v1/nodes/{node}")["status"]
+        return bool(st["allocatable"].get(GPU) == "0" and st["capacity"].get(GPU) == "2")
+
+    wait_for(f"{GPU} allocatable 0 on {node}", drained, timeout=30)
 
 
 def test_teardown_leaves_no_process_or_port(k8s_binaries: Binaries, tmp_path: Path) -> None:
