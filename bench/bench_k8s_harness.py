@@ -49,7 +49,7 @@ def bench_build(cold: bool) -> dict[str, Any]:
                 subprocess.run(["go", "clean", "-modcache"], env=env, check=False)
     return {
         "kind": "cold" if cold else "warm",
-        "seconds": round(elapsed, 1),
+        "seconds": round(elapsed, 2),
         "dir": out.stdout.strip().splitlines()[-1],
         "stderr_tail": out.stderr.strip().splitlines()[-3:],
         "note": "cold = empty GOMODCACHE, GOCACHE and binary cache (fresh machine); warm = cache hit",

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from intel_device_plugins.k8stest.binaries import Binaries
 from intel_device_plugins.k8stest.kubeclient import ApiError, Credentials, KubeClient, wait_for
@@ -83,11 +83,7 @@ class ControlPlane:
         return KubeClient(self.admin)
 
     def write_kubeconfig(self, name: str, creds: Credentials, namespace: str | None = None) -> Path:
-        path = self.workdir / "kubeconfigs" / f"{name}.kubeconfig"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(creds.kubeconfig(namespace=namespace))
-        path.chmod(0o600)
-        return path
+        return _write_kubeconfig(self.workdir, name, creds, namespace)
 
     def service_account_credentials(
         self, namespace: str, name: str, *, create: bool = True, expiration_seconds: int = 3600
@@ -141,6 +137,14 @@ class ControlPlane:
         deadline = time.monotonic() + 10
         while any(port_is_listening(port) for port in self.ports.all()) and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def _write_kubeconfig(workdir: Path, name: str, creds: Credentials, namespace: str | None = None) -> Path:
+    path = workdir / "kubeconfigs" / f"{name}.kubeconfig"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(creds.kubeconfig(namespace=namespace))
+    path.chmod(0o600)
+    return path
 
 
 def _write_tokens(path: Path) -> dict[str, str]:
@@ -199,9 +203,8 @@ def start_control_plane(
         pki=pki,
         ports=ports,
         admin=admin,
-        admin_kubeconfig=Path(),
+        admin_kubeconfig=_write_kubeconfig(workdir, "admin", admin),
     )
-    cp = _replace_admin_kubeconfig(cp)
     kcm_kubeconfig = cp.write_kubeconfig(
         "kube-controller-manager",
         Credentials(server, pki.ca_pem, tokens["kcm"], "system:kube-controller-manager"),
@@ -347,14 +350,10 @@ def start_control_plane(
     return cp
 
 
-def _replace_admin_kubeconfig(cp: ControlPlane) -> ControlPlane:
-    path = cp.write_kubeconfig("admin", cp.admin)
-    cp.admin_kubeconfig = path
-    return cp
-
-
 @contextlib.contextmanager
-def running_control_plane(bins: Binaries, workdir: Path, config: ControlPlaneConfig | None = None) -> Any:
+def running_control_plane(
+    bins: Binaries, workdir: Path, config: ControlPlaneConfig | None = None
+) -> Iterator[ControlPlane]:
     """Context-manager form of :func:`start_control_plane`."""
     cp = start_control_plane(bins, workdir, config)
     try:

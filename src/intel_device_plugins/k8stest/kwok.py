@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from intel_device_plugins.k8stest.controlplane import KWOK_ANNOTATION
-from intel_device_plugins.k8stest.kubeclient import JSON, KubeClient, wait_for
+from intel_device_plugins.k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 
 KWOK_LABEL = "k8stest.intel.com/kwok"
 
@@ -92,8 +92,8 @@ def delete_kwok_nodes(client: KubeClient, names: list[str]) -> None:
     for name in names:
         try:
             client.delete(f"/api/v1/nodes/{name}")
-        except Exception as e:  # already gone is fine; anything else is not
-            if getattr(e, "status", None) != 404:
+        except ApiError as e:  # already gone is fine; anything else is not
+            if e.status != 404:
                 raise
 
 

@@ -9,6 +9,7 @@ the integration tier would be a lie); elsewhere they skip with the command that 
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def kwok_nodes(
     """Factory: ``kwok_nodes(count, prefix=...)`` creates Ready kwok nodes, deleted after the test."""
     created: list[str] = []
     client = k8s_control_plane.client()
-    test_prefix = f"kwok-{abs(hash(request.node.nodeid)) % 10**8}-"
+    test_prefix = f"kwok-{zlib.crc32(request.node.nodeid.encode()):08x}-"
 
     def make(count: int, *, prefix: str | None = None, labels: dict[str, str] | None = None) -> list[str]:
         names = create_kwok_nodes(
