@@ -46,7 +46,10 @@ if [[ $complete == 1 && -z "${K8S_BUILD_ONLY:-}" ]]; then
 fi
 
 log "building into $out (k8s ${k8s_version}, kwok ${KWOK_VERSION}, ${go_version})"
-mkdir -p "$out.tmp"
+mkdir -p "$cache_root"
+# A private staging directory: two concurrent builds of the same key must not mix files.
+tmp="$(mktemp -d "$out.tmp.XXXXXX")"; chmod 755 "$tmp"
+if [[ -z "${K8S_BUILD_ONLY:-}" ]]; then trap 'rm -rf "$tmp"' EXIT; fi
 nice_cmd=(nice -n "${K8S_BUILD_NICE:-10}")
 jobs="${BUILD_JOBS:-2}"
 want() { [[ -z "${K8S_BUILD_ONLY:-}" || " ${K8S_BUILD_ONLY} " == *" $1 "* ]]; }
@@ -69,39 +72,40 @@ gobuild() { "${nice_cmd[@]}" go build -p "$jobs" -trimpath -ldflags "$ldflags" "
 
 t0=$SECONDS
 if want etcd; then
-    log "etcd"; gobuild -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3
+    log "etcd"; gobuild -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 fi
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     if want "$cmd"; then
-        log "$cmd"; gobuild -o "$out.tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+        log "$cmd"; gobuild -o "$tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd"
     fi
 done
 if want devicemanager-harness; then
-    log "devicemanager-harness"; gobuild -o "$out.tmp/devicemanager-harness" ./harness
+    log "devicemanager-harness"; gobuild -o "$tmp/devicemanager-harness" ./harness
 fi
 if want kwok; then
     # kwok comes from its own module (no replace directives, so `go install` works) to keep its
     # newer grpc/otel pins out of the Kubernetes build graph.
     log "kwok ${KWOK_VERSION}"
-    GOBIN="$out.tmp" GOFLAGS= "${nice_cmd[@]}" go install -p "$jobs" -trimpath -ldflags "-s -w" \
+    GOBIN="$tmp" GOFLAGS= "${nice_cmd[@]}" go install -p "$jobs" -trimpath -ldflags "-s -w" \
         "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
     # kwok >= 0.8 refuses to start without stages; they ship in its module zip.
     kwok_dir="$(GOFLAGS= go mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
-    rm -rf "$out.tmp/kwok-stages"; mkdir -p "$out.tmp/kwok-stages"
-    cp -r "$kwok_dir/kustomize/stage/." "$out.tmp/kwok-stages/"
-    chmod -R u+w "$out.tmp/kwok-stages"
+    rm -rf "$tmp/kwok-stages"; mkdir -p "$tmp/kwok-stages"
+    cp -r "$kwok_dir/kustomize/stage/." "$tmp/kwok-stages/"
+    chmod -R u+w "$tmp/kwok-stages"
 fi
 log "build took $((SECONDS - t0)) s"
 
 if [[ -n "${K8S_BUILD_ONLY:-}" ]]; then
-    echo "$out.tmp"
+    echo "$tmp"   # partial build: left in place for the caller
     exit 0
 fi
 rm -rf "$out"
-mv "$out.tmp" "$out"
+mv "$tmp" "$out"
+trap - EXIT
 link_bin
 # Keep the three most recent builds (other work trees may use other keys); each is ~500 MB.
-old_builds="$(ls -1dt "$cache_root"/k8s-* 2>/dev/null | grep -v '\.tmp$' | tail -n +4 || true)"
+old_builds="$(ls -1dt "$cache_root"/k8s-* 2>/dev/null | grep -v '\.tmp\.' | tail -n +4 || true)"
 for old in $old_builds; do
     [[ "$old" == "$out" ]] || rm -rf "$old"
 done
