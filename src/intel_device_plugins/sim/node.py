@@ -24,12 +24,20 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from intel_device_plugins.sim import gpu
+from intel_device_plugins.sim import gpu, idxd, npu, sgx
 from intel_device_plugins.sim.fakefs import FakeTree
 
 KindBuilder = Callable[[FakeTree, Sequence[Mapping[str, Any]]], None]
 
-BUILDERS: Mapping[str, KindBuilder] = MappingProxyType({"gpu": gpu.build})
+BUILDERS: Mapping[str, KindBuilder] = MappingProxyType(
+    {
+        "gpu": gpu.build,
+        "dsa": idxd.build_dsa,
+        "iaa": idxd.build_iaa,
+        "npu": npu.build,
+        "sgx": sgx.build,
+    }
+)
 """Device kind → builder. A new kind is one module in ``sim/`` plus one line here."""
 
 

@@ -1,0 +1,35 @@
+"""``intel_iaa_device_plugin``: IAA work queues."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from intel_device_plugins.deviceplugin.cli import (
+    PluginArgumentParser,
+    new_parser,
+    positive_int,
+    run_plugin_command,
+)
+from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.plugins.idxd.discovery import IAA
+from intel_device_plugins.plugins.idxd.plugin import WorkQueuePlugin
+
+
+def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
+    return [WorkQueuePlugin(IAA, prefix=args.prefix, shared_dev_num=args.shared_dev_num)]
+
+
+def make_parser() -> PluginArgumentParser:
+    parser = new_parser("intel_iaa_device_plugin", "Intel IAA device plugin for Kubernetes")
+    parser.add_flag(
+        "shared-dev-num",
+        type=positive_int,
+        default=1,
+        help="number of containers that may share one shared work queue",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_plugin_command(make_parser(), build_plugins, argv)

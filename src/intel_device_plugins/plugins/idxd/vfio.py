@@ -1,0 +1,93 @@
+"""DSA accelerators handed whole to containers (``-driver vfio-pci``), e.g. for a VM in a pod.
+
+A DSA PCI function bound to ``vfio-pci`` is one device of resource ``vfio``, its ID the PCI address;
+the container gets its IOMMU group node and the VFIO container node, and learns the addresses from
+``VFIO_BDF0``, ``VFIO_BDF1``… in the order the kubelet requested them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceInfo, DeviceNode, Health
+from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+from intel_device_plugins.plugins.scanning import Discovery
+from intel_device_plugins.sysfs import (
+    PCI_ADDRESS,
+    driver_name,
+    link_basename,
+    list_dir,
+    prefixed,
+    read_trimmed,
+)
+
+VFIO_RESOURCE = "vfio"
+VFIO_DRIVER = "vfio-pci"
+DSA_PCI_DEVICE_IDS = frozenset({"0x0b25", "0x11fb", "0x1212"})
+"""PCI device IDs of DSA generations that may be passed through."""
+VFIO_ENV_PREFIX = "VFIO_BDF"
+
+
+def scan_vfio(prefix: str) -> Discovery:
+    """Every DSA PCI function bound to vfio-pci.
+
+    A DSA function bound to no driver at all is a failed bind and is reported; one bound to another
+    driver (idxd) is in use by the host and is left out silently. A function whose IOMMU group
+    cannot be resolved is left out; one whose group node is missing is reported Unhealthy.
+    """
+    pci_devices = prefixed(prefix, "/sys/bus/pci/devices")
+    problems: list[str] = []
+    devices: dict[str, DeviceInfo] = {}
+    container_vfio = "/dev/vfio/vfio"
+    for address in list_dir(pci_devices) or []:
+        if not PCI_ADDRESS.match(address):
+            continue
+        function_dir = pci_devices / address
+        device_id = read_trimmed(function_dir / "device")
+        if device_id is None:
+            problems.append(f"{address}: cannot read {function_dir / 'device'}; skipped")
+            continue
+        if device_id.lower() not in DSA_PCI_DEVICE_IDS:
+            continue
+        driver = driver_name(function_dir)
+        if driver is None:
+            problems.append(f"{address}: DSA {device_id} is bound to no driver (expected {VFIO_DRIVER})")
+            continue
+        if driver != VFIO_DRIVER:
+            continue
+        group = link_basename(function_dir / "iommu_group")
+        if group is None:
+            problems.append(f"{address}: no IOMMU group at {function_dir / 'iommu_group'}; skipped")
+            continue
+        group_node = prefixed(prefix, f"/dev/vfio/{group}")
+        health = Health.HEALTHY
+        if not group_node.exists():
+            problems.append(f"{address}: VFIO group node {group_node} is missing; reported Unhealthy")
+            health = Health.UNHEALTHY
+        try:
+            numa = numa_nodes_of(function_dir, Path(prefix or "/"))
+        except TopologyError as error:
+            problems.append(f"{address}: {error}; no NUMA topology reported")
+            numa = ()
+        devices[address] = DeviceInfo(
+            health=health,
+            nodes=(
+                DeviceNode(str(group_node), f"/dev/vfio/{group}", "rw"),
+                DeviceNode(str(prefixed(prefix, container_vfio)), container_vfio, "rw"),
+            ),
+            numa_nodes=numa,
+        )
+    # The resource stays registered with zero devices rather than vanishing when the last one goes.
+    return Discovery({VFIO_RESOURCE: devices}, tuple(problems))
+
+
+def with_bdf_envs(allocation: ContainerAllocation, ids: Sequence[str]) -> ContainerAllocation:
+    """``VFIO_BDF<i>`` = the i-th requested address, numbered from 0 for each container anew.
+
+    Each call builds a fresh map, so two containers never see each other's addresses.
+    """
+    envs = {key: value for key, value in allocation.envs.items() if not key.startswith(VFIO_ENV_PREFIX)}
+    envs.update({f"{VFIO_ENV_PREFIX}{index}": address for index, address in enumerate(ids)})
+    return dataclasses.replace(allocation, envs=envs)
