@@ -1,0 +1,115 @@
+"""``intel_sgx_device_plugin``: SGX enclave and provisioning resources (and optionally DCAP's)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from intel_device_plugins.deviceplugin.cli import (
+    PluginArgumentParser,
+    new_parser,
+    positive_int,
+    run_plugin_command,
+)
+from intel_device_plugins.deviceplugin.model import DeviceTree
+from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.plugins.scanning import ProblemLog
+from intel_device_plugins.plugins.sgx.discovery import NAMESPACE, SgxLimits, pod_count, sgx_present, sgx_tree
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SgxPlugin:
+    """Rescans (cheaply: two ``stat`` calls) so SGX appearing or going away is noticed.
+
+    The tree only depends on whether the nodes exist, so it is built once per state and the same
+    object is returned while nothing changes.
+    """
+
+    limits: SgxLimits
+    prefix: str = ""
+    problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
+    _trees: dict[bool, DeviceTree] = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        return NAMESPACE
+
+    def scan(self) -> DeviceTree:
+        present, problems = sgx_present(self.prefix)
+        self.problems.report(problems)
+        if present not in self._trees:
+            self._trees[present] = sgx_tree(self.prefix, self.limits, present)
+        return self._trees[present]
+
+
+def parse_bool(text: str) -> bool:
+    """Boolean flag values as Go's flag package accepts them (``-flag``, ``-flag=false``)."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true"):
+        return True
+    if value in ("0", "f", "false"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
+
+
+def add_bool_flag(parser: PluginArgumentParser, name: str, help_text: str) -> None:
+    parser.add_flag(name, type=parse_bool, nargs="?", const=True, default=False, help=help_text)
+
+
+def limits_from(args: argparse.Namespace, environ: Mapping[str, str], cpus: int) -> SgxLimits:
+    default = pod_count(environ.get("PODS_PER_CORE"), cpus)
+    return SgxLimits(
+        enclave=args.enclave_limit if args.enclave_limit is not None else default,
+        provision=args.provision_limit if args.provision_limit is not None else default,
+        dcap_infra=args.dcap_infra_resources,
+    )
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on, as Go's ``runtime.NumCPU`` counts them."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
+    limits = limits_from(args, os.environ, usable_cpus())
+    log.info(
+        "SGX limits: enclave %d, provision %d, DCAP resources %s",
+        limits.enclave,
+        limits.provision,
+        limits.dcap_infra,
+    )
+    return [SgxPlugin(limits, prefix=args.prefix)]
+
+
+def make_parser() -> PluginArgumentParser:
+    parser = new_parser("intel_sgx_device_plugin", "Intel SGX device plugin for Kubernetes")
+    parser.add_flag(
+        "enclave-limit",
+        type=positive_int,
+        default=None,
+        help="containers per node that may use sgx.intel.com/enclave (default PODS_PER_CORE*CPUs, else 110)",
+    )
+    parser.add_flag(
+        "provision-limit",
+        type=positive_int,
+        default=None,
+        help="containers per node that may use sgx.intel.com/provision (default as -enclave-limit)",
+    )
+    add_bool_flag(
+        parser,
+        "dcap-infra-resources",
+        "also advertise sgx.intel.com/qe and sgx.intel.com/registration for the DCAP services",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_plugin_command(make_parser(), build_plugins, argv)
