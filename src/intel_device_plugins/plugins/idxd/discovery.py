@@ -159,7 +159,8 @@ def user_queue_nodes(prefix: str, kind: IdxdKind, queue: WorkQueue) -> tuple[tup
         DeviceNode(str(char_link), char_name, "rw"),
     )
     if not char_link.is_symlink():
-        return nodes, f"{label}: {char_link} is not a symlink to {node}"
+        what = "is not a symlink" if os.path.lexists(char_link) else "is missing; expected a symlink"
+        return nodes, f"{label}: {char_link} {what} to {node}"
     if os.path.realpath(char_link) != os.path.realpath(node):
         return nodes, f"{label}: {char_link} points to {os.path.realpath(char_link)}, not {node}"
     return nodes, ""
