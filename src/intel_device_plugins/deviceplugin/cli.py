@@ -30,6 +30,19 @@ class PluginArgumentParser(argparse.ArgumentParser):
     def add_flag(self, name: str, **kwargs: Any) -> argparse.Action:
         return self.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)
 
+    def add_bool_flag(self, name: str, **kwargs: Any) -> argparse.Action:
+        """A Go-style boolean flag: ``-name``, ``-name=true`` or ``-name=false``."""
+        return self.add_flag(name, nargs="?", const=True, default=False, type=parse_bool, **kwargs)
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "t", "true", "yes"):
+        return True
+    if lowered in ("0", "f", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
+
 
 def positive_int(text: str) -> int:
     try:

@@ -1,0 +1,98 @@
+"""``intel_gpu_device_plugin``: flags, their checks, and serving."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from collections.abc import Sequence
+
+from intel_device_plugins.deviceplugin.cli import (
+    PluginArgumentParser,
+    new_parser,
+    positive_int,
+    run_plugin_command,
+)
+from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode
+from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
+from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
+
+log = logging.getLogger(__name__)
+
+PCI_DEVICE_ID = re.compile(r"^0x[0-9a-f]{4}$")
+DEFAULT_TEMP_LIMIT = 100
+
+
+def parse_id_list(text: str) -> frozenset[str]:
+    """``"0x56c0, 0x56c1"`` → IDs; each must be lowercase ``0x`` plus four hex digits."""
+    if text == "":
+        return frozenset()
+    ids: set[str] = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not PCI_DEVICE_ID.match(item):
+            raise argparse.ArgumentTypeError(f"invalid PCI device ID {item!r} (expected e.g. 0x56c0)")
+        ids.add(item)
+    return frozenset(ids)
+
+
+def build_parser() -> PluginArgumentParser:
+    parser = new_parser("intel_gpu_device_plugin", "Kubernetes device plugin for Intel GPUs (gpu.intel.com).")
+    parser.add_flag("shared-dev-num", type=positive_int, default=1, help="containers that may share one GPU")
+    parser.add_flag(
+        "allocation-policy",
+        type=AllocationPolicy,
+        choices=list(AllocationPolicy),
+        default=AllocationPolicy.NONE,
+        help="preferred allocation policy for shared GPUs",
+    )
+    parser.add_flag("bypath", type=ByPath, choices=list(ByPath), default=ByPath.SINGLE, help="by-path mounts")
+    parser.add_flag("allow-ids", type=parse_id_list, default=frozenset(), help="only these PCI device IDs")
+    parser.add_flag("deny-ids", type=parse_id_list, default=frozenset(), help="never these PCI device IDs")
+    parser.add_bool_flag("enable-monitoring", help="advertise the monitoring resource")
+    parser.add_flag(
+        "monitoring-mode", type=MonitoringMode, choices=list(MonitoringMode), default=MonitoringMode.SINGLE
+    )
+    parser.add_bool_flag("health-management", help="Level-Zero health (not supported here; presence health)")
+    parser.add_flag("xpumd-endpoint", default="", help="xpumd health socket (not supported here)")
+    parser.add_bool_flag("wsl", help="WSL mode (not supported)")
+    parser.add_bool_flag("resource-manager", help="GPU resource manager (removed upstream in v0.34)")
+    for name in ("temp-limit", "gpu-temp-limit", "memory-temp-limit"):
+        parser.add_flag(name, type=int, default=DEFAULT_TEMP_LIMIT, help="°C limit for Level-Zero health")
+    return parser
+
+
+def build_plugins(args: argparse.Namespace) -> Sequence[GpuPlugin]:
+    """Check flag combinations, then build the plugin. ``ValueError`` messages name the flags."""
+    if args.allow_ids and args.deny_ids:
+        raise ValueError("-allow-ids and -deny-ids cannot be used together")
+    if args.wsl:
+        raise ValueError("-wsl: WSL mode is not supported by this plugin")
+    if args.resource_manager:
+        raise ValueError(
+            "-resource-manager: the GPU resource manager is not supported (removed upstream in v0.34)"
+        )
+    if args.health_management and args.xpumd_endpoint:
+        raise ValueError("-health-management and -xpumd-endpoint cannot be used together")
+    limits = (args.temp_limit, args.gpu_temp_limit, args.memory_temp_limit)
+    if args.xpumd_endpoint and any(limit != DEFAULT_TEMP_LIMIT for limit in limits):
+        raise ValueError("-xpumd-endpoint cannot be combined with temperature limits")
+    if args.health_management or args.xpumd_endpoint:
+        log.warning("-health-management/-xpumd-endpoint: health comes from device presence in this plugin")
+    options = GpuOptions(
+        shared_dev_num=args.shared_dev_num,
+        by_path=args.bypath,
+        allow_ids=args.allow_ids,
+        deny_ids=args.deny_ids,
+        enable_monitoring=args.enable_monitoring,
+        monitoring_mode=args.monitoring_mode,
+    )
+    return [GpuPlugin(prefix=args.prefix, options=options, policy=args.allocation_policy)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_plugin_command(build_parser(), build_plugins, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

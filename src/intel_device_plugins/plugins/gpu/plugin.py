@@ -1,0 +1,42 @@
+"""The GPU plugin: discovery plus the preferred-allocation policy, wired to the framework."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from intel_device_plugins.deviceplugin.model import DeviceTree
+from intel_device_plugins.deviceplugin.problems import ProblemLog
+from intel_device_plugins.plugins.gpu.discovery import NAMESPACE, GpuOptions, scan_gpus
+from intel_device_plugins.plugins.gpu.policy import POLICIES, AllocationPolicy
+from intel_device_plugins.sysfs import prefixed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GpuPlugin:
+    prefix: str = ""
+    options: GpuOptions = field(default_factory=GpuOptions)
+    policy: AllocationPolicy = AllocationPolicy.NONE
+    problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
+
+    @property
+    def namespace(self) -> str:
+        return NAMESPACE
+
+    def scan(self) -> DeviceTree:
+        result = scan_gpus(self.prefix, self.options)
+        self.problems.report(result.problems)
+        return result.tree
+
+    def watch_paths(self) -> Sequence[Path]:
+        """Device nodes appear in ``/dev/dri`` when a card is plugged in; watch it for instant updates."""
+        return (prefixed(self.prefix, "/dev/dri"), prefixed(self.prefix, "/sys/class/drm"))
+
+    def preferred_allocation(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> Sequence[str]:
+        return POLICIES[self.policy](available, must_include, size)
