@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from intel_device_plugins.plugins.dsa import cli as dsa_cli
 from intel_device_plugins.plugins.iaa import cli as iaa_cli
 from intel_device_plugins.plugins.idxd.plugin import DsaVfioPlugin, WorkQueuePlugin
-from intel_device_plugins.plugins.scanning import ProblemLog
 
 
 def test_dsa_flags_with_one_or_two_dashes() -> None:
@@ -53,13 +50,3 @@ def test_iaa_flags() -> None:
     assert plugin.namespace == "iaa.intel.com" and plugin.shared_dev_num == 3
     with pytest.raises(SystemExit):
         iaa_cli.make_parser().parse_args(["-driver", "vfio-pci"])
-
-
-def test_problem_log_reports_each_problem_once_and_its_resolution(caplog: pytest.LogCaptureFixture) -> None:
-    problems = ProblemLog(logging.getLogger("test.problems"))
-    with caplog.at_level(logging.INFO, logger="test.problems"):
-        problems.report(["dsa0/wq0.0: broken"])
-        problems.report(["dsa0/wq0.0: broken"])
-        problems.report([])
-    messages = [(r.levelname, r.getMessage()) for r in caplog.records]
-    assert messages == [("WARNING", "dsa0/wq0.0: broken"), ("INFO", "resolved: dsa0/wq0.0: broken")]

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceMap, DeviceTree
+from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.idxd.discovery import DSA, IdxdKind, scan_work_queues
 from intel_device_plugins.plugins.idxd.vfio import scan_vfio, with_bdf_envs
-from intel_device_plugins.plugins.scanning import ProblemLog
 from intel_device_plugins.sysfs import prefixed
 
 log = logging.getLogger(__name__)

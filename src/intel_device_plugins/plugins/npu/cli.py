@@ -16,8 +16,8 @@ from intel_device_plugins.deviceplugin.cli import (
 )
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.npu.discovery import DEV_DIR, NAMESPACE, scan_npus
-from intel_device_plugins.plugins.scanning import ProblemLog
 from intel_device_plugins.sysfs import prefixed
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from intel_device_plugins.deviceplugin.cli import (
 )
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.plugin import Scanner
-from intel_device_plugins.plugins.scanning import ProblemLog
+from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.sgx.discovery import NAMESPACE, SgxLimits, pod_count, sgx_present, sgx_tree
 
 log = logging.getLogger(__name__)
@@ -45,20 +45,6 @@ class SgxPlugin:
         if present not in self._trees:
             self._trees[present] = sgx_tree(self.prefix, self.limits, present)
         return self._trees[present]
-
-
-def parse_bool(text: str) -> bool:
-    """Boolean flag values as Go's flag package accepts them (``-flag``, ``-flag=false``)."""
-    value = text.strip().lower()
-    if value in ("1", "t", "true"):
-        return True
-    if value in ("0", "f", "false"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
-
-
-def add_bool_flag(parser: PluginArgumentParser, name: str, help_text: str) -> None:
-    parser.add_flag(name, type=parse_bool, nargs="?", const=True, default=False, help=help_text)
 
 
 def limits_from(args: argparse.Namespace, environ: Mapping[str, str], cpus: int) -> SgxLimits:
@@ -103,10 +89,9 @@ def make_parser() -> PluginArgumentParser:
         default=None,
         help="containers per node that may use sgx.intel.com/provision (default as -enclave-limit)",
     )
-    add_bool_flag(
-        parser,
+    parser.add_bool_flag(
         "dcap-infra-resources",
-        "also advertise sgx.intel.com/qe and sgx.intel.com/registration for the DCAP services",
+        help="also advertise sgx.intel.com/qe and sgx.intel.com/registration for the DCAP services",
     )
     return parser
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from intel_device_plugins.deviceplugin.cli import PluginArgumentParser
-from intel_device_plugins.plugins.sgx.cli import add_bool_flag
 from intel_device_plugins.sysfs import list_dir, prefixed, read_int
 
 log = logging.getLogger(__name__)
@@ -221,10 +220,10 @@ def make_parser() -> PluginArgumentParser:
     parser = PluginArgumentParser(
         prog="sgx_epchook", description="Report or register the node's SGX EPC size"
     )
-    add_bool_flag(parser, "register", "write the EPC size as node capacity sgx.intel.com/epc")
-    add_bool_flag(parser, "affirm", "fail when the node has no EPC")
-    add_bool_flag(parser, "node-label", "label the node sgx.intel.com/capable=true when it has EPC")
-    add_bool_flag(parser, "daemon", "stay running until SIGTERM or SIGINT (for a DaemonSet)")
+    parser.add_bool_flag("register", help="write the EPC size as node capacity sgx.intel.com/epc")
+    parser.add_bool_flag("affirm", help="fail when the node has no EPC")
+    parser.add_bool_flag("node-label", help="label the node sgx.intel.com/capable=true when it has EPC")
+    parser.add_bool_flag("daemon", help="stay running until SIGTERM or SIGINT (for a DaemonSet)")
     parser.add_flag("prefix", default="", help="path prefix for /sys and /dev (testing)")
     parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity")
     return parser
