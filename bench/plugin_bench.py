@@ -1,0 +1,208 @@
+"""Measuring a device plugin: scan CPU time, idle CPU, peak RSS, Allocate latency against a floor.
+
+Used by ``bench_dsa.py``, ``bench_sgx.py`` and ``bench_npu.py``. The floor is the cheapest possible
+answer over the same transport: a grpc.aio server in its own process whose Allocate returns an empty
+response at once, on a unix socket in the same directory, called by the same client code. Calls to
+the plugin and to the floor alternate in rounds so that load from elsewhere on the machine hits both.
+
+Run as ``python bench/plugin_bench.py --floor <socket>`` it is that floor server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import grpc.aio
+
+from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from intel_device_plugins.deviceplugin.model import DeviceTree, diff_trees
+from intel_device_plugins.sim.kubelet import KubeletStandIn
+from intel_device_plugins.sim.process import plugin_process
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@dataclass(frozen=True)
+class ScanCost:
+    mean_ms: float
+    p99_ms: float
+    devices: int
+
+
+def scan_cost(scan: Callable[[], DeviceTree], iterations: int) -> ScanCost:
+    """CPU time of one scan plus the diff against the previous tree (what every tick costs)."""
+    previous = scan()
+    samples = []
+    for _ in range(iterations):
+        start = time.process_time()
+        tree = scan()
+        diff_trees(previous, tree)
+        samples.append((time.process_time() - start) * 1000)
+        previous = tree
+    devices = sum(len(devices) for devices in previous.values())
+    return ScanCost(statistics.fmean(samples), percentile(samples, 0.99), devices)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def _empty_allocate(request: pb.AllocateRequest, context: object) -> pb.AllocateResponse:
+    return pb.AllocateResponse()
+
+
+async def serve_floor(socket_path: str) -> None:
+    """Only ``/v1beta1.DevicePlugin/Allocate``, answering an empty response: nothing but transport."""
+    server = grpc.aio.server()
+    handler = grpc.unary_unary_rpc_method_handler(
+        _empty_allocate,
+        request_deserializer=pb.AllocateRequest.FromString,
+        response_serializer=pb.AllocateResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", {"Allocate": handler}),)
+    )
+    server.add_insecure_port(f"unix:{socket_path}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+@contextlib.asynccontextmanager
+async def floor_process(socket_path: Path, log_path: Path) -> AsyncIterator[None]:
+    command = [sys.executable, str(Path(__file__)), "--floor", str(socket_path)]
+    async with plugin_process(command, log_path):
+        for _ in range(200):
+            if await asyncio.to_thread(socket_path.exists):
+                break
+            await asyncio.sleep(0.05)
+        yield
+
+
+async def _time_calls(
+    stub: pb_grpc.DevicePluginAsyncStub, request: pb.AllocateRequest, count: int
+) -> list[float]:
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await stub.Allocate(request, timeout=10)
+        samples.append((time.perf_counter() - start) * 1e6)
+    return samples
+
+
+@dataclass(frozen=True)
+class ProcessFigures:
+    idle_cpu_percent: float
+    peak_rss_mib: float
+    allocate_p50_us: float
+    allocate_p99_us: float
+    floor_p50_us: float
+    floor_p99_us: float
+
+    @property
+    def ratio_p99(self) -> float:
+        return self.allocate_p99_us / self.floor_p99_us
+
+
+async def measure_process(
+    command: Sequence[str],
+    workdir: Path,
+    plugin_dir: Path,
+    socket_name: str,
+    resource: str,
+    ids: Sequence[str],
+    *,
+    idle_seconds: float = 15.0,
+    calls: int = 2000,
+    rounds: int = 5,
+) -> ProcessFigures:
+    """Start the plugin, let it settle, measure idle CPU, then Allocate latency against the floor."""
+    async with (
+        KubeletStandIn(plugin_dir) as kubelet,
+        plugin_process(command, workdir / "plugin.log") as plugin,
+    ):
+        await kubelet.wait_for(lambda: kubelet.allocatable(resource) > 0, timeout=60)
+        await asyncio.sleep(2)
+        pid = plugin.process.pid
+        cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
+        await asyncio.sleep(idle_seconds)
+        idle = (cpu_seconds(pid) - cpu_before) / (time.monotonic() - wall_before) * 100
+        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=list(ids))])
+        floor_socket = plugin_dir / "floor.sock"
+        async with (
+            floor_process(floor_socket, workdir / "floor.log"),
+            grpc.aio.insecure_channel(f"unix:{plugin_dir / socket_name}") as plugin_channel,
+            grpc.aio.insecure_channel(f"unix:{floor_socket}") as floor_channel,
+        ):
+            plugin_stub = pb_grpc.DevicePluginStub(plugin_channel)
+            floor_stub = pb_grpc.DevicePluginStub(floor_channel)
+            await _time_calls(plugin_stub, request, 100)
+            await _time_calls(floor_stub, request, 100)
+            plugin_samples: list[float] = []
+            floor_samples: list[float] = []
+            for _ in range(rounds):
+                plugin_samples += await _time_calls(plugin_stub, request, calls // rounds)
+                floor_samples += await _time_calls(floor_stub, request, calls // rounds)
+        rss = peak_rss_mib(pid)
+    return ProcessFigures(
+        idle_cpu_percent=idle,
+        peak_rss_mib=rss,
+        allocate_p50_us=percentile(plugin_samples, 0.5),
+        allocate_p99_us=percentile(plugin_samples, 0.99),
+        floor_p50_us=percentile(floor_samples, 0.5),
+        floor_p99_us=percentile(floor_samples, 0.99),
+    )
+
+
+def report(title: str, scan: ScanCost, figures: ProcessFigures) -> str:
+    return "\n".join(
+        [
+            f"### {title}",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            f"| devices advertised | {scan.devices} |",
+            f"| scan + diff CPU time, mean / p99 | {scan.mean_ms:.2f} ms / {scan.p99_ms:.2f} ms |",
+            f"| idle CPU (scan every 1 s) | {figures.idle_cpu_percent:.2f} % of one core |",
+            f"| peak RSS | {figures.peak_rss_mib:.1f} MiB |",
+            f"| Allocate p50 / p99 | {figures.allocate_p50_us:.0f} µs / {figures.allocate_p99_us:.0f} µs |",
+            f"| floor (empty grpc.aio unary) p50 / p99 | {figures.floor_p50_us:.0f} µs"
+            f" / {figures.floor_p99_us:.0f} µs |",
+            f"| Allocate p99 / floor p99 | {figures.ratio_p99:.2f}x |",
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--floor", required=True, help="serve the floor on this unix socket")
+    args = parser.parse_args()
+    asyncio.run(serve_floor(args.floor))
+
+
+if __name__ == "__main__":
+    main()
