@@ -292,3 +292,15 @@ async def test_socket_in_use_by_another_process_is_not_taken(
         assert path.is_socket()
     finally:
         squatter.close()
+
+
+async def test_plugin_directory_that_is_a_file_is_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    async with running(FakePlugin(), not_a_dir) as manager:
+        await asyncio.sleep(0.3)
+        assert set(manager.servers) == {"widget"}
+    assert any(f"{not_a_dir} is not a directory" in r.getMessage() for r in caplog.records)
