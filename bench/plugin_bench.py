@@ -1,8 +1,8 @@
 """Measuring a device plugin: scan CPU time, idle CPU, peak RSS, Allocate latency against a floor.
 
 Used by ``bench_dsa.py``, ``bench_sgx.py`` and ``bench_npu.py``. The floor is the cheapest possible
-answer over the same transport: a grpc.aio server in its own process whose Allocate returns an empty
-response at once, on a unix socket in the same directory, called by the same client code. Calls to
+unary call over the same transport: a grpc.aio server in its own process answering raw empty bytes,
+on a unix socket in the same directory (the same floor as ``bench_gpu.py``). Calls to
 the plugin and to the floor alternate in rounds so that load from elsewhere on the machine hits both.
 
 Run as ``python bench/plugin_bench.py --floor <socket>`` it is that floor server.
@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,20 +71,19 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def _empty_allocate(request: pb.AllocateRequest, context: object) -> pb.AllocateResponse:
-    return pb.AllocateResponse()
+FLOOR_SERVICE, FLOOR_RPC = "bench.Floor", "Empty"
+
+
+async def _empty(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    return b""
 
 
 async def serve_floor(socket_path: str) -> None:
-    """Only ``/v1beta1.DevicePlugin/Allocate``, answering an empty response: nothing but transport."""
+    """The cheapest unary RPC there is: raw empty bytes in and out, no protobuf (as bench_gpu.py)."""
     server = grpc.aio.server()
-    handler = grpc.unary_unary_rpc_method_handler(
-        _empty_allocate,
-        request_deserializer=pb.AllocateRequest.FromString,
-        response_serializer=pb.AllocateResponse.SerializeToString,
-    )
+    handler = grpc.unary_unary_rpc_method_handler(_empty)
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", {"Allocate": handler}),)
+        (grpc.method_handlers_generic_handler(FLOOR_SERVICE, {FLOOR_RPC: handler}),)
     )
     server.add_insecure_port(f"unix:{socket_path}")
     await server.start()
@@ -102,13 +101,11 @@ async def floor_process(socket_path: Path, log_path: Path) -> AsyncIterator[None
         yield
 
 
-async def _time_calls(
-    stub: pb_grpc.DevicePluginAsyncStub, request: pb.AllocateRequest, count: int
-) -> list[float]:
+async def _time_calls(call: Callable[[], Awaitable[object]], count: int) -> list[float]:
     samples = []
     for _ in range(count):
         start = time.perf_counter()
-        await stub.Allocate(request, timeout=10)
+        await call()
         samples.append((time.perf_counter() - start) * 1e6)
     return samples
 
@@ -158,14 +155,23 @@ async def measure_process(
             grpc.aio.insecure_channel(f"unix:{floor_socket}") as floor_channel,
         ):
             plugin_stub = pb_grpc.DevicePluginStub(plugin_channel)
-            floor_stub = pb_grpc.DevicePluginStub(floor_channel)
-            await _time_calls(plugin_stub, request, 100)
-            await _time_calls(floor_stub, request, 100)
+            floor_rpc = floor_channel.unary_unary(
+                f"/{FLOOR_SERVICE}/{FLOOR_RPC}", request_serializer=None, response_deserializer=None
+            )
+
+            async def allocate() -> object:
+                return await plugin_stub.Allocate(request, timeout=10)
+
+            async def empty() -> object:
+                return await floor_rpc(b"", timeout=10)
+
+            await _time_calls(allocate, 100)
+            await _time_calls(empty, 100)
             plugin_samples: list[float] = []
             floor_samples: list[float] = []
-            for _ in range(rounds):
-                plugin_samples += await _time_calls(plugin_stub, request, calls // rounds)
-                floor_samples += await _time_calls(floor_stub, request, calls // rounds)
+            for _ in range(rounds):  # interleaved, so load from elsewhere hits both alike
+                plugin_samples += await _time_calls(allocate, calls // rounds)
+                floor_samples += await _time_calls(empty, calls // rounds)
         rss = peak_rss_mib(pid)
     return ProcessFigures(
         idle_cpu_percent=idle,
