@@ -9,7 +9,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from plugin_bench import measure_process, report, scan_cost
+from plugin_bench import allocation_cost_us, measure_process, report, scan_cost
 
 from intel_device_plugins.plugins.idxd.discovery import DSA
 from intel_device_plugins.plugins.idxd.plugin import DsaVfioPlugin, WorkQueuePlugin
@@ -45,7 +45,9 @@ async def run(workdir: Path) -> str:
     sections = []
     root, plugin_dir = workdir / "wq-node", workdir / "dp-wq"
     build_node(parse_node_spec(profile_text("dsa-large")), root)
-    scan = scan_cost(WorkQueuePlugin(DSA, prefix=str(root), shared_dev_num=SHARED_DEV_NUM).scan, 300)
+    queues = WorkQueuePlugin(DSA, prefix=str(root), shared_dev_num=SHARED_DEV_NUM)
+    scan = scan_cost(queues.scan, 300)
+    allocation = allocation_cost_us(queues, "wq-user-dedicated", ["wq-user-dedicated-wq0.0-0"])
     figures = await measure_process(
         plugin_command(root, plugin_dir, "-shared-dev-num", str(SHARED_DEV_NUM)),
         workdir,
@@ -55,13 +57,20 @@ async def run(workdir: Path) -> str:
         ["wq-user-dedicated-wq0.0-0"],
     )
     sections.append(
-        report(f"DSA work queues: 8 devices x 8 queues, -shared-dev-num {SHARED_DEV_NUM}", scan, figures)
+        report(
+            f"DSA work queues: 8 devices x 8 queues, -shared-dev-num {SHARED_DEV_NUM}",
+            scan,
+            figures,
+            allocation,
+        )
     )
 
     root, plugin_dir = workdir / "vfio-node", workdir / "dp-vfio"
     tree = build_node(parse_node_spec(profile_text("dsa-vfio")), root)
     add_other_pci_functions(tree, OTHER_PCI_FUNCTIONS)
-    scan = scan_cost(DsaVfioPlugin(prefix=str(root)).scan, 300)
+    vfio = DsaVfioPlugin(prefix=str(root))
+    scan = scan_cost(vfio.scan, 300)
+    allocation = allocation_cost_us(vfio, "vfio", ["0000:10:00.0"])
     figures = await measure_process(
         plugin_command(root, plugin_dir, "-driver", "vfio-pci"),
         workdir,
@@ -71,7 +80,12 @@ async def run(workdir: Path) -> str:
         ["0000:10:00.0"],
     )
     sections.append(
-        report(f"DSA vfio-pci: 4 DSA functions among {OTHER_PCI_FUNCTIONS + 4} PCI functions", scan, figures)
+        report(
+            f"DSA vfio-pci: 4 DSA functions among {OTHER_PCI_FUNCTIONS + 4} PCI functions",
+            scan,
+            figures,
+            allocation,
+        )
     )
     return "\n".join(sections)
 

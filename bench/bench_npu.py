@@ -9,7 +9,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from plugin_bench import measure_process, report, scan_cost
+from plugin_bench import allocation_cost_us, measure_process, report, scan_cost
 
 from intel_device_plugins.plugins.npu.cli import NpuPlugin
 from intel_device_plugins.sim.node import build_node, parse_node_spec
@@ -20,7 +20,9 @@ from intel_device_plugins.sim.profiles import profile_text
 async def run(workdir: Path) -> str:
     root, plugin_dir = workdir / "node", workdir / "dp"
     build_node(parse_node_spec(profile_text("npu-client")), root)
-    scan = scan_cost(NpuPlugin(prefix=str(root), shared_dev_num=4).scan, 300)
+    plugin = NpuPlugin(prefix=str(root), shared_dev_num=4)
+    scan = scan_cost(plugin.scan, 300)
+    allocation = allocation_cost_us(plugin, "accel", ["accel0-2"])
     command = [
         console_script("intel_npu_device_plugin"),
         "-prefix",
@@ -33,7 +35,7 @@ async def run(workdir: Path) -> str:
     figures = await measure_process(
         command, workdir, plugin_dir, "npu.intel.com-accel.sock", "npu.intel.com/accel", ["accel0-2"]
     )
-    return report("NPU: one NPU, -shared-dev-num 4", scan, figures)
+    return report("NPU: one NPU, -shared-dev-num 4", scan, figures, allocation)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from plugin_bench import measure_process, report, scan_cost
+from plugin_bench import allocation_cost_us, measure_process, report, scan_cost
 
 from intel_device_plugins.plugins.sgx.cli import SgxPlugin
 from intel_device_plugins.plugins.sgx.discovery import SgxLimits
@@ -25,6 +25,7 @@ async def run(workdir: Path) -> str:
     build_node(parse_node_spec(profile_text("xeon-accelerators")), root)
     plugin = SgxPlugin(SgxLimits(enclave=LIMIT, provision=LIMIT, dcap_infra=True), prefix=str(root))
     scan = scan_cost(plugin.scan, 300)
+    allocation = allocation_cost_us(plugin, "enclave", ["sgx-enclave-7"])
     command = [
         console_script("intel_sgx_device_plugin"),
         "-prefix",
@@ -40,7 +41,7 @@ async def run(workdir: Path) -> str:
     figures = await measure_process(
         command, workdir, plugin_dir, "sgx.intel.com-enclave.sock", "sgx.intel.com/enclave", ["sgx-enclave-7"]
     )
-    return report(f"SGX: {LIMIT} enclave + {LIMIT} provision IDs, DCAP resources", scan, figures)
+    return report(f"SGX: {LIMIT} enclave + {LIMIT} provision IDs, DCAP resources", scan, figures, allocation)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from intel_device_plugins.deviceplugin.model import DeviceNode, Health
 from intel_device_plugins.plugins.idxd.discovery import DSA, IAA, scan_work_queues
+from intel_device_plugins.plugins.idxd.plugin import MemoisedNuma
 from intel_device_plugins.sim import idxd
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
@@ -164,3 +165,18 @@ def test_iaa_sees_only_iax_devices(tmp_path: Path) -> None:
     assert iaa["wq-user-dedicated"]["wq-user-dedicated-wq2.0-0"].nodes[0].container_path == "/dev/iax/wq2.0"
     assert sorted(dsa["wq-user-dedicated"]) == ["wq-user-dedicated-wq0.0-0"]
     assert dsa["wq-user-dedicated"]["wq-user-dedicated-wq0.0-0"].nodes[0].container_path == "/dev/dsa/wq0.0"
+
+
+def test_numa_memo_follows_the_device_directory_identity(tmp_path: Path) -> None:
+    tree = node(tmp_path, "[[dsa]]\nwqs = 1\nnuma_node = 1\n")
+    memo = MemoisedNuma(str(tmp_path))
+    device_dir = str(tmp_path / "sys/bus/dsa/devices/dsa0")
+    pci_dir = tree.sysfs_of("0000:10:00.0")
+    assert memo(device_dir) == (1,)
+    tree.write(f"{pci_dir}/numa_node", "0\n")
+    assert memo(device_dir) == (1,)  # same directory, same inode: remembered
+    # Re-plugged: the kernel creates a new directory (new inode), the lookup is done again.
+    accel = tree.path(f"{pci_dir}/dsa0")
+    accel.rename(accel.with_name("old-dsa0"))
+    accel.mkdir()
+    assert memo(device_dir) == (0,)

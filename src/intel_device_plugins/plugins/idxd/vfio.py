@@ -8,19 +8,19 @@ the container gets its IOMMU group node and the VFIO container node, and learns 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceInfo, DeviceNode, Health
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+from intel_device_plugins.plugins.idxd.discovery import read_attribute
 from intel_device_plugins.plugins.scanning import Discovery
 from intel_device_plugins.sysfs import (
     PCI_ADDRESS,
-    driver_name,
     link_basename,
     list_dir,
     prefixed,
-    read_trimmed,
 )
 
 VFIO_RESOURCE = "vfio"
@@ -37,29 +37,34 @@ def scan_vfio(prefix: str) -> Discovery:
     driver (idxd) is in use by the host and is left out silently. A function whose IOMMU group
     cannot be resolved is left out; one whose group node is missing is reported Unhealthy.
     """
-    pci_devices = prefixed(prefix, "/sys/bus/pci/devices")
+    pci_devices = prefix + "/sys/bus/pci/devices"
     problems: list[str] = []
     devices: dict[str, DeviceInfo] = {}
     container_vfio = "/dev/vfio/vfio"
-    for address in list_dir(pci_devices) or []:
+    for address in list_dir(Path(pci_devices)) or []:
         if not PCI_ADDRESS.match(address):
             continue
-        function_dir = pci_devices / address
-        device_id = read_trimmed(function_dir / "device")
+        function_dir = f"{pci_devices}/{address}"
+        # The driver link first: one readlink rules out the many functions bound to other drivers
+        # without reading their device ID.
+        try:
+            driver: str | None = os.path.basename(os.readlink(f"{function_dir}/driver"))
+        except OSError:
+            driver = None
+        if driver is not None and driver != VFIO_DRIVER:
+            continue
+        device_id = read_attribute(f"{function_dir}/device")
         if device_id is None:
-            problems.append(f"{address}: cannot read {function_dir / 'device'}; skipped")
+            problems.append(f"{address}: cannot read {function_dir}/device; skipped")
             continue
         if device_id.lower() not in DSA_PCI_DEVICE_IDS:
             continue
-        driver = driver_name(function_dir)
         if driver is None:
             problems.append(f"{address}: DSA {device_id} is bound to no driver (expected {VFIO_DRIVER})")
             continue
-        if driver != VFIO_DRIVER:
-            continue
-        group = link_basename(function_dir / "iommu_group")
+        group = link_basename(Path(f"{function_dir}/iommu_group"))
         if group is None:
-            problems.append(f"{address}: no IOMMU group at {function_dir / 'iommu_group'}; skipped")
+            problems.append(f"{address}: no IOMMU group at {function_dir}/iommu_group; skipped")
             continue
         group_node = prefixed(prefix, f"/dev/vfio/{group}")
         health = Health.HEALTHY
@@ -67,7 +72,7 @@ def scan_vfio(prefix: str) -> Discovery:
             problems.append(f"{address}: VFIO group node {group_node} is missing; reported Unhealthy")
             health = Health.UNHEALTHY
         try:
-            numa = numa_nodes_of(function_dir, Path(prefix or "/"))
+            numa = numa_nodes_of(Path(function_dir), Path(prefix or "/"))
         except TopologyError as error:
             problems.append(f"{address}: {error}; no NUMA topology reported")
             numa = ()
