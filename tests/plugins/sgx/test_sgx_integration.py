@@ -53,6 +53,16 @@ async def test_sgx_limits_dcap_cdi_and_rescan(
         )
         enclave = await kubelet.allocate("sgx.intel.com/enclave", ["sgx-enclave-3"])
         registration = await kubelet.allocate("sgx.intel.com/registration", ["registration-1"])
+        # A kubelet restart deletes every socket; all four resources come back.
+        registrations = len(kubelet.registrations)
+        await kubelet.restart()
+        await kubelet.wait_for(
+            lambda: (
+                len(kubelet.registrations) >= registrations + 4
+                and kubelet.allocatable("sgx.intel.com/enclave") == 5
+            ),
+            WAIT,
+        )
         assert plugin.process.returncode is None
     assert [d.container_path for d in enclave.devices] == ["/dev/sgx_enclave"]
     assert [d.container_path for d in registration.devices] == ["/dev/sgx_enclave", "/dev/sgx_provision"]

@@ -33,7 +33,7 @@ class SgxPlugin:
     limits: SgxLimits
     prefix: str = ""
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
-    _trees: dict[bool, DeviceTree] = field(default_factory=dict)
+    _trees: dict[bool, DeviceTree] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def namespace(self) -> str:
