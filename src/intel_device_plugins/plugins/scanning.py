@@ -1,4 +1,4 @@
-"""The result type of this project's discovery functions (DSA, IAA, NPU, SGX).
+"""What the DSA, IAA, NPU and SGX plugins share: the discovery result type and two small helpers.
 
 Discovery functions return the device tree together with the problems they met (one line each,
 naming the device) and never log; the plugin shell hands the problems to
@@ -8,8 +8,11 @@ naming the device) and never log; the plugin shell hands the problems to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from intel_device_plugins.deviceplugin.cli import PluginArgumentParser, positive_int
 from intel_device_plugins.deviceplugin.model import DeviceTree
+from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 
 
 @dataclass(frozen=True)
@@ -18,3 +21,22 @@ class Discovery:
 
     tree: DeviceTree
     problems: tuple[str, ...] = ()
+
+
+def numa_or_problem(device_dir: Path, prefix: str, label: str, problems: list[str]) -> tuple[int, ...]:
+    """NUMA nodes of a sysfs device; unreadable topology is a problem line, not a lost device."""
+    try:
+        return numa_nodes_of(device_dir, Path(prefix or "/"))
+    except TopologyError as error:
+        problems.append(f"{label}: {error}; no NUMA topology reported")
+        return ()
+
+
+def add_shared_dev_num(parser: PluginArgumentParser, shared_thing: str) -> None:
+    """Upstream's ``-shared-dev-num``: how many containers may share one ``shared_thing``."""
+    parser.add_flag(
+        "shared-dev-num",
+        type=positive_int,
+        default=1,
+        help=f"number of containers that may share one {shared_thing}",
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import signal
 import struct
 import subprocess
 import threading
@@ -215,3 +216,23 @@ def test_affirm_without_epc_fails(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "SGX EPC is not available" in result.stderr
     assert result.stdout == ""
+
+
+def test_daemon_prints_then_waits_for_sigterm(tmp_path: Path) -> None:
+    build_node(parse_node_spec(f"[[sgx]]\nepc_bytes_per_node = {GIB}\n"), tmp_path)
+    process = subprocess.Popen(
+        [console_script("sgx_epchook"), "-prefix", str(tmp_path), "-daemon"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.read(len(f"sgx.intel.com/epc={GIB}"))
+        assert line == f"sgx.intel.com/epc={GIB}".encode()
+        assert process.poll() is None  # still running: it waits for a signal
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from intel_device_plugins.deviceplugin.cli import (
     PluginArgumentParser,
     new_parser,
-    positive_int,
     run_plugin_command,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.plugins.idxd.discovery import DSA
 from intel_device_plugins.plugins.idxd.plugin import DsaVfioPlugin, WorkQueuePlugin
+from intel_device_plugins.plugins.scanning import add_shared_dev_num
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
 
 def make_parser() -> PluginArgumentParser:
     parser = new_parser("intel_dsa_device_plugin", "Intel DSA device plugin for Kubernetes")
-    parser.add_flag(
-        "shared-dev-num",
-        type=positive_int,
-        default=1,
-        help="number of containers that may share one shared work queue",
-    )
+    add_shared_dev_num(parser, "shared work queue")
     parser.add_flag(
         "driver",
         choices=DRIVERS,

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from intel_device_plugins.deviceplugin.cli import (
     PluginArgumentParser,
     new_parser,
-    positive_int,
     run_plugin_command,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.plugins.idxd.discovery import IAA
 from intel_device_plugins.plugins.idxd.plugin import WorkQueuePlugin
+from intel_device_plugins.plugins.scanning import add_shared_dev_num
 
 
 def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
@@ -22,12 +22,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
 
 def make_parser() -> PluginArgumentParser:
     parser = new_parser("intel_iaa_device_plugin", "Intel IAA device plugin for Kubernetes")
-    parser.add_flag(
-        "shared-dev-num",
-        type=positive_int,
-        default=1,
-        help="number of containers that may share one shared work queue",
-    )
+    add_shared_dev_num(parser, "shared work queue")
     return parser
 
 

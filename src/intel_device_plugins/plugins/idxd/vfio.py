@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceInfo, DeviceNode, Health
-from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 from intel_device_plugins.plugins.idxd.discovery import read_attribute
-from intel_device_plugins.plugins.scanning import Discovery
+from intel_device_plugins.plugins.scanning import Discovery, numa_or_problem
 from intel_device_plugins.sysfs import (
     PCI_ADDRESS,
     link_basename,
@@ -71,11 +70,7 @@ def scan_vfio(prefix: str) -> Discovery:
         if not group_node.exists():
             problems.append(f"{address}: VFIO group node {group_node} is missing; reported Unhealthy")
             health = Health.UNHEALTHY
-        try:
-            numa = numa_nodes_of(Path(function_dir), Path(prefix or "/"))
-        except TopologyError as error:
-            problems.append(f"{address}: {error}; no NUMA topology reported")
-            numa = ()
+        numa = numa_or_problem(Path(function_dir), prefix, address, problems)
         devices[address] = DeviceInfo(
             health=health,
             nodes=(

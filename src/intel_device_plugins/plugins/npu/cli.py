@@ -11,13 +11,13 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.cli import (
     PluginArgumentParser,
     new_parser,
-    positive_int,
     run_plugin_command,
 )
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.npu.discovery import DEV_DIR, NAMESPACE, scan_npus
+from intel_device_plugins.plugins.scanning import add_shared_dev_num
 from intel_device_plugins.sysfs import prefixed
 
 log = logging.getLogger(__name__)
@@ -50,12 +50,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
 
 def make_parser() -> PluginArgumentParser:
     parser = new_parser("intel_npu_device_plugin", "Intel NPU device plugin for Kubernetes")
-    parser.add_flag(
-        "shared-dev-num",
-        type=positive_int,
-        default=1,
-        help="number of containers that may share one NPU",
-    )
+    add_shared_dev_num(parser, "NPU")
     return parser
 
 

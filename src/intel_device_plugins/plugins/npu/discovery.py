@@ -8,11 +8,9 @@ with a problem line, and one whose ``/dev/accel`` node is missing is reported Un
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Health
-from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
-from intel_device_plugins.plugins.scanning import Discovery
+from intel_device_plugins.plugins.scanning import Discovery, numa_or_problem
 from intel_device_plugins.sysfs import INTEL_VENDOR_ID, list_dir, prefixed, read_first_line, read_trimmed
 
 NAMESPACE = "npu.intel.com"
@@ -52,11 +50,7 @@ def scan_npus(prefix: str, shared_dev_num: int) -> Discovery:
         if not node.exists():
             problems.append(f"{name}: device node {node} is missing; reported Unhealthy")
             health = Health.UNHEALTHY
-        try:
-            numa = numa_nodes_of(device_dir, Path(prefix or "/"))
-        except TopologyError as error:
-            problems.append(f"{name}: {error}; no NUMA topology reported")
-            numa = ()
+        numa = numa_or_problem(device_dir, prefix, name, problems)
         info = DeviceInfo(
             health=health, nodes=(DeviceNode(str(node), f"{DEV_DIR}/{name}", "rw"),), numa_nodes=numa
         )
