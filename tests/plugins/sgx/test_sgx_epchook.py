@@ -236,3 +236,13 @@ def test_daemon_prints_then_waits_for_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_real_cpuid_device_when_present() -> None:
+    """On a machine with the cpuid driver, leaf 0 gives the CPU vendor string in EBX, EDX, ECX."""
+    cpuid = epchook.open_cpuid_device(Path(epchook.CPUID_DEVICE))
+    if cpuid is None:
+        pytest.skip("no readable /dev/cpu/0/cpuid here")
+    _max_leaf, ebx, ecx, edx = cpuid(0, 0)
+    vendor = struct.pack("<3I", ebx, edx, ecx).decode("ascii")
+    assert vendor in {"GenuineIntel", "AuthenticAMD", "HygonGenuine", "CentaurHauls", "  Shanghai  "}
