@@ -11,7 +11,7 @@ from pathlib import Path
 
 from plugin_bench import allocation_cost_us, measure_process, report, scan_cost
 
-from intel_device_plugins.plugins.npu.cli import NpuPlugin
+from intel_device_plugins.plugins.npu.plugin import NpuPlugin
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script
 from intel_device_plugins.sim.profiles import profile_text

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from plugin_bench import allocation_cost_us, measure_process, report, scan_cost
 
-from intel_device_plugins.plugins.sgx.cli import SgxPlugin
 from intel_device_plugins.plugins.sgx.discovery import SgxLimits
+from intel_device_plugins.plugins.sgx.plugin import SgxPlugin
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script
 from intel_device_plugins.sim.profiles import profile_text

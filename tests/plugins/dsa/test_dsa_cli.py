@@ -10,7 +10,7 @@ from intel_device_plugins.plugins.idxd.plugin import DsaVfioPlugin, WorkQueuePlu
 
 
 def test_dsa_flags_with_one_or_two_dashes() -> None:
-    parser = dsa_cli.make_parser()
+    parser = dsa_cli.build_parser()
     one = parser.parse_args(["-shared-dev-num", "4", "-prefix", "/tmp/n", "-scan-interval", "2"])
     two = parser.parse_args(["--shared-dev-num=4", "--prefix=/tmp/n", "--scan-interval=2"])
     assert (one.shared_dev_num, one.prefix, one.scan_interval) == (4, "/tmp/n", 2.0)
@@ -18,7 +18,7 @@ def test_dsa_flags_with_one_or_two_dashes() -> None:
 
 
 def test_dsa_driver_selects_the_plugin() -> None:
-    parser = dsa_cli.make_parser()
+    parser = dsa_cli.build_parser()
     (queues,) = dsa_cli.build_plugins(parser.parse_args(["-shared-dev-num", "2"]))
     (vfio,) = dsa_cli.build_plugins(parser.parse_args(["-driver", "vfio-pci"]))
     assert isinstance(queues, WorkQueuePlugin) and queues.shared_dev_num == 2
@@ -45,8 +45,8 @@ def test_malformed_flag_is_rejected_naming_it(
 
 
 def test_iaa_flags() -> None:
-    (plugin,) = iaa_cli.build_plugins(iaa_cli.make_parser().parse_args(["--shared-dev-num", "3"]))
+    (plugin,) = iaa_cli.build_plugins(iaa_cli.build_parser().parse_args(["--shared-dev-num", "3"]))
     assert isinstance(plugin, WorkQueuePlugin)
     assert plugin.namespace == "iaa.intel.com" and plugin.shared_dev_num == 3
     with pytest.raises(SystemExit):
-        iaa_cli.make_parser().parse_args(["-driver", "vfio-pci"])
+        iaa_cli.build_parser().parse_args(["-driver", "vfio-pci"])

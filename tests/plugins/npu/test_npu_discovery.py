@@ -10,6 +10,7 @@ import pytest
 from intel_device_plugins.deviceplugin.model import DeviceNode, Health
 from intel_device_plugins.plugins.npu import cli
 from intel_device_plugins.plugins.npu.discovery import NPU_DEVICE_IDS, scan_npus
+from intel_device_plugins.plugins.npu.plugin import NpuPlugin
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 
@@ -78,7 +79,7 @@ def test_entries_not_named_accelN_are_ignored(tmp_path: Path) -> None:
 
 
 def test_plugin_logs_a_missing_class_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    plugin = cli.NpuPlugin(prefix=str(tmp_path))
+    plugin = NpuPlugin(prefix=str(tmp_path))
     with caplog.at_level(logging.WARNING):
         assert plugin.scan() == {"accel": {}}
         assert plugin.scan() == {"accel": {}}
@@ -87,9 +88,9 @@ def test_plugin_logs_a_missing_class_once(tmp_path: Path, caplog: pytest.LogCapt
 
 
 def test_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    args = cli.make_parser().parse_args(["--shared-dev-num=2", "-prefix", "/x"])
+    args = cli.build_parser().parse_args(["--shared-dev-num=2", "-prefix", "/x"])
     (plugin,) = cli.build_plugins(args)
-    assert isinstance(plugin, cli.NpuPlugin)
+    assert isinstance(plugin, NpuPlugin)
     assert (plugin.shared_dev_num, plugin.prefix) == (2, "/x")
     with pytest.raises(SystemExit):
         cli.main(["-shared-dev-num", "0"])

@@ -10,6 +10,7 @@ import pytest
 from intel_device_plugins.deviceplugin.model import DeviceNode, Mount, default_allocation
 from intel_device_plugins.plugins.sgx import cli
 from intel_device_plugins.plugins.sgx.discovery import SgxLimits, pod_count, scan_sgx
+from intel_device_plugins.plugins.sgx.plugin import SgxPlugin
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 
@@ -64,7 +65,7 @@ def test_missing_node_means_zero_devices_and_a_problem(tmp_path: Path, spec: str
 
 
 def test_plugin_rescans_and_notices_sgx_appearing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    plugin = cli.SgxPlugin(SgxLimits(enclave=4, provision=4), prefix=str(tmp_path))
+    plugin = SgxPlugin(SgxLimits(enclave=4, provision=4), prefix=str(tmp_path))
     with caplog.at_level(logging.INFO):
         assert plugin.scan()["enclave"] == {}
         assert plugin.scan()["enclave"] == {}
@@ -77,7 +78,7 @@ def test_plugin_rescans_and_notices_sgx_appearing(tmp_path: Path, caplog: pytest
 
 
 def test_flags_and_defaults() -> None:
-    parser = cli.make_parser()
+    parser = cli.build_parser()
     args = parser.parse_args(["-enclave-limit", "20", "--dcap-infra-resources"])
     limits = cli.limits_from(args, {"PODS_PER_CORE": "4"}, cpus=16)
     assert limits == SgxLimits(enclave=20, provision=64, dcap_infra=True)

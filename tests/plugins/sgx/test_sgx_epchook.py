@@ -148,7 +148,7 @@ def api_server() -> Iterator[tuple[HTTPServer, type[_Recorder]]]:
 
 
 def hook_args(prefix: Path, *flags: str) -> argparse.Namespace:
-    return epchook.make_parser().parse_args(["-prefix", str(prefix), *flags])
+    return epchook.build_parser().parse_args(["-prefix", str(prefix), *flags])
 
 
 def test_register_patches_the_node_status(

@@ -29,7 +29,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     return [WorkQueuePlugin(DSA, prefix=args.prefix, shared_dev_num=args.shared_dev_num)]
 
 
-def make_parser() -> PluginArgumentParser:
+def build_parser() -> PluginArgumentParser:
     parser = new_parser("intel_dsa_device_plugin", "Intel DSA device plugin for Kubernetes")
     add_shared_dev_num(parser, "shared work queue")
     parser.add_flag(
@@ -42,4 +42,4 @@ def make_parser() -> PluginArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_plugin_command(make_parser(), build_plugins, argv)
+    return run_plugin_command(build_parser(), build_plugins, argv)

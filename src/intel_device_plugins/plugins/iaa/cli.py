@@ -20,11 +20,11 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     return [WorkQueuePlugin(IAA, prefix=args.prefix, shared_dev_num=args.shared_dev_num)]
 
 
-def make_parser() -> PluginArgumentParser:
+def build_parser() -> PluginArgumentParser:
     parser = new_parser("intel_iaa_device_plugin", "Intel IAA device plugin for Kubernetes")
     add_shared_dev_num(parser, "shared work queue")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_plugin_command(make_parser(), build_plugins, argv)
+    return run_plugin_command(build_parser(), build_plugins, argv)

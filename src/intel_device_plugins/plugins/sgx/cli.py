@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from intel_device_plugins.deviceplugin.cli import (
     PluginArgumentParser,
@@ -14,37 +13,11 @@ from intel_device_plugins.deviceplugin.cli import (
     positive_int,
     run_plugin_command,
 )
-from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.plugin import Scanner
-from intel_device_plugins.deviceplugin.problems import ProblemLog
-from intel_device_plugins.plugins.sgx.discovery import NAMESPACE, SgxLimits, pod_count, sgx_present, sgx_tree
+from intel_device_plugins.plugins.sgx.discovery import SgxLimits, pod_count
+from intel_device_plugins.plugins.sgx.plugin import SgxPlugin
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SgxPlugin:
-    """Rescans (cheaply: two ``stat`` calls) so SGX appearing or going away is noticed.
-
-    The tree only depends on whether the nodes exist, so it is built once per state and the same
-    object is returned while nothing changes.
-    """
-
-    limits: SgxLimits
-    prefix: str = ""
-    problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
-    _trees: dict[bool, DeviceTree] = field(default_factory=dict, init=False, repr=False)
-
-    @property
-    def namespace(self) -> str:
-        return NAMESPACE
-
-    def scan(self) -> DeviceTree:
-        present, problems = sgx_present(self.prefix)
-        self.problems.report(problems)
-        if present not in self._trees:
-            self._trees[present] = sgx_tree(self.prefix, self.limits, present)
-        return self._trees[present]
 
 
 def limits_from(args: argparse.Namespace, environ: Mapping[str, str], cpus: int) -> SgxLimits:
@@ -75,7 +48,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     return [SgxPlugin(limits, prefix=args.prefix)]
 
 
-def make_parser() -> PluginArgumentParser:
+def build_parser() -> PluginArgumentParser:
     parser = new_parser("intel_sgx_device_plugin", "Intel SGX device plugin for Kubernetes")
     parser.add_flag(
         "enclave-limit",
@@ -97,4 +70,4 @@ def make_parser() -> PluginArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_plugin_command(make_parser(), build_plugins, argv)
+    return run_plugin_command(build_parser(), build_plugins, argv)

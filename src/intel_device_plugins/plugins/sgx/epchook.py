@@ -216,7 +216,7 @@ def patch_node_status(api: ApiServer, node: str, patch: list[dict[str, str]], ti
 # ----- command ---------------------------------------------------------------------------------
 
 
-def make_parser() -> PluginArgumentParser:
+def build_parser() -> PluginArgumentParser:
     parser = PluginArgumentParser(
         prog="sgx_epchook", description="Report or register the node's SGX EPC size"
     )
@@ -263,7 +263,7 @@ TERMINATION_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbosity >= 4 else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
