@@ -545,6 +545,25 @@ def test_numa_node_of_a_card_behind_a_bridge(tree: FakeTree) -> None:
     assert scan(tree).tree["i915"]["card0-0"].numa_nodes == (1,)
 
 
+def test_no_numa_information_at_all_gives_no_topology_and_no_problem(tree: FakeTree) -> None:
+    card = gpu.add_card(tree, numa_node=1)
+    tree.remove(f"{sysfs(tree, card)}/numa_node")
+    tree.remove(f"{sysfs(tree, card)}/local_cpulist")
+
+    result = scan(tree)
+
+    assert result.tree["i915"]["card0-0"].numa_nodes == ()
+    assert result.problems == ()
+
+
+def test_numa_node_without_cpus_is_a_socket_number_and_dropped(tree: FakeTree) -> None:
+    # Some firmware reports the socket in numa_node and leaves local_cpulist empty.
+    card = gpu.add_card(tree, numa_node=1)
+    tree.write(f"{sysfs(tree, card)}/local_cpulist", "\n")
+
+    assert scan(tree).tree["i915"]["card0-0"].numa_nodes == ()
+
+
 # ----- monitoring -----------------------------------------------------------------------------
 
 
@@ -697,6 +716,39 @@ def test_unreadable_drm_class_dir_gives_an_empty_tree_and_a_problem(
     assert str(tree.path("/sys/class/drm")) in result.problems[0]
 
 
+@pytest.mark.parametrize("dri", ["missing", "file"])
+def test_without_a_dri_directory_every_card_is_unhealthy(tree: FakeTree, dri: str) -> None:
+    gpu.add_card(tree)
+    gpu.add_card(tree, driver="xe")
+    tree.remove("/dev/dri")
+    if dri == "file":
+        tree.write("/dev/dri", "")
+
+    result = scan(tree)
+
+    assert [info.health for devices in result.tree.values() for info in devices.values()] == [
+        Health.UNHEALTHY,
+        Health.UNHEALTHY,
+    ]
+    assert sorted(problem.split(":")[0] for problem in result.problems) == ["GPU card0", "GPU card1"]
+
+
+def test_odd_entries_in_sysfs_do_not_break_the_scan(tree: FakeTree) -> None:
+    gpu.add_card(tree)  # card0 stays good
+    tree.write("/sys/class/drm/card1", "a file, not a card")  # unreadable vendor → problem
+    tree.link("/sys/class/drm/card2", "/sys/devices/gone/drm/card2")  # dangling link → problem
+    odd = gpu.add_card(tree)  # card3: device/drm is a file
+    detach_class_link(tree, odd)
+    tree.remove(f"{sysfs(tree, odd)}/drm")
+    tree.write(f"{sysfs(tree, odd)}/drm", "")
+
+    result = scan(tree)
+
+    assert list(result.tree) == ["i915"]
+    assert list(result.tree["i915"]) == ["card0-0"]
+    assert sorted(problem.split(":")[0] for problem in result.problems) == ["GPU card1", "GPU card2"]
+
+
 def test_empty_drm_class_dir_gives_an_empty_tree_without_problems(tree: FakeTree) -> None:
     result = scan(tree)
 
@@ -773,8 +825,15 @@ CARD_KINDS = st.fixed_dictionaries(
 
 
 @settings(max_examples=25, deadline=None)
-@given(entries=st.lists(CARD_KINDS, max_size=5), shared=st.integers(1, 3))
-def test_every_usable_card_gets_shared_dev_num_ids(entries: list[dict[str, Any]], shared: int) -> None:
+@given(
+    entries=st.lists(CARD_KINDS, max_size=5),
+    shared=st.integers(1, 3),
+    unplugged=st.sets(st.integers(0, 14)),
+)
+def test_every_usable_card_gets_shared_dev_num_ids(
+    entries: list[dict[str, Any]], shared: int, unplugged: set[int]
+) -> None:
+    """Random nodes: IDs per usable card, and health that follows the presence of the card node."""
     with tempfile.TemporaryDirectory() as directory:
         tree = FakeTree(Path(directory), numa_nodes=2)
         tree.mkdir("/sys/class/drm")
@@ -788,16 +847,24 @@ def test_every_usable_card_gets_shared_dev_num_ids(entries: list[dict[str, Any]]
                 continue
             served = cards[1:] if entry["vfs"] else cards
             usable.setdefault(str(entry["driver"]), []).extend(served)
+        for number in unplugged:
+            tree.remove(f"/dev/dri/card{number}")
+        served_numbers = {n for numbers in usable.values() for n in numbers}
 
         result = scan(tree, GpuOptions(shared_dev_num=shared))
 
-        assert result.problems == ()
         assert {kind: sorted(devices) for kind, devices in result.tree.items()} == {
             driver: sorted(f"card{n}-{i}" for n in numbers for i in range(shared))
             for driver, numbers in usable.items()
         }
         for devices in result.tree.values():
-            assert all(info.health is Health.HEALTHY for info in devices.values())
+            for device_id, info in devices.items():
+                number = int(device_id[4:].split("-")[0])
+                expected = Health.UNHEALTHY if number in unplugged else Health.HEALTHY
+                assert info.health is expected, device_id
+        assert sorted(problem.split(":")[0] for problem in result.problems) == sorted(
+            f"GPU card{n}" for n in served_numbers & unplugged
+        )
 
 
 # ----- the plugin shell -----------------------------------------------------------------------
