@@ -286,3 +286,10 @@ def test_build_plugins_names_the_flags_in_its_errors() -> None:
         build_plugins(parse("-allow-ids", "0x56c0", "-deny-ids", "0x56c1"))
     with pytest.raises(ValueError, match=r"^-wsl"):
         build_plugins(parse("-wsl"))
+
+
+def test_an_empty_list_next_to_a_set_one_is_not_both_set() -> None:
+    plugin = plugin_for("-allow-ids", "0x56c0", "-deny-ids", "")
+
+    assert plugin.options.allow_ids == frozenset({"0x56c0"})
+    assert plugin.options.deny_ids == frozenset()
