@@ -293,3 +293,11 @@ def test_an_empty_list_next_to_a_set_one_is_not_both_set() -> None:
 
     assert plugin.options.allow_ids == frozenset({"0x56c0"})
     assert plugin.options.deny_ids == frozenset()
+
+
+@pytest.mark.parametrize("argv", [["-shared", "2"], ["--shared-dev", "2"], ["-p", "/x"]])
+def test_abbreviated_flags_are_rejected(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
