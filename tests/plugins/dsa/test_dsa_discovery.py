@@ -45,8 +45,8 @@ def test_dedicated_user_queues_become_one_device_each(tmp_path: Path) -> None:
     assert info.health is Health.HEALTHY
     assert info.numa_nodes == (1,)
     assert info.nodes == (
-        DeviceNode(f"{tmp_path}/dev/dsa/wq1.1", "/dev/dsa/wq1.1", "rw"),
-        DeviceNode(f"{tmp_path}/dev/char/238:65", "/dev/char/238:65", "rw"),
+        DeviceNode(f"{tmp_path}/dev/dsa/wq1.1", f"{tmp_path}/dev/dsa/wq1.1", "rw"),
+        DeviceNode(f"{tmp_path}/dev/char/238:65", f"{tmp_path}/dev/char/238:65", "rw"),
     )
 
 
@@ -162,9 +162,15 @@ def test_iaa_sees_only_iax_devices(tmp_path: Path) -> None:
     dsa = scan_work_queues(str(tmp_path), DSA, shared_dev_num=1).tree
     # One numbering for both kinds: dsa0, then iax1 and iax2.
     assert sorted(iaa["wq-user-dedicated"]) == ["wq-user-dedicated-wq1.0-0", "wq-user-dedicated-wq2.0-0"]
-    assert iaa["wq-user-dedicated"]["wq-user-dedicated-wq2.0-0"].nodes[0].container_path == "/dev/iax/wq2.0"
+    assert (
+        iaa["wq-user-dedicated"]["wq-user-dedicated-wq2.0-0"].nodes[0].host_path
+        == f"{tmp_path}/dev/iax/wq2.0"
+    )
     assert sorted(dsa["wq-user-dedicated"]) == ["wq-user-dedicated-wq0.0-0"]
-    assert dsa["wq-user-dedicated"]["wq-user-dedicated-wq0.0-0"].nodes[0].container_path == "/dev/dsa/wq0.0"
+    assert (
+        dsa["wq-user-dedicated"]["wq-user-dedicated-wq0.0-0"].nodes[0].host_path
+        == f"{tmp_path}/dev/dsa/wq0.0"
+    )
 
 
 def test_numa_memo_follows_the_device_directory_identity(tmp_path: Path) -> None:

@@ -44,8 +44,8 @@ async def test_dsa_work_queues_served_allocated_and_rescanned(
         )
         response = await kubelet.allocate(shared, ["wq-user-shared-wq1.1-0", "wq-user-shared-wq1.1-2"])
         assert [(d.host_path, d.container_path) for d in response.devices] == [
-            (f"{root}/dev/dsa/wq1.1", "/dev/dsa/wq1.1"),
-            (f"{root}/dev/char/238:65", "/dev/char/238:65"),
+            (f"{root}/dev/dsa/wq1.1", f"{root}/dev/dsa/wq1.1"),
+            (f"{root}/dev/char/238:65", f"{root}/dev/char/238:65"),
         ]
         # A broken udev link makes that queue Unhealthy; the others keep being served.
         tree.remove("/dev/char/238:0")
@@ -70,7 +70,7 @@ async def test_dsa_vfio_mode_numbers_env_per_container(
         second = await kubelet.allocate("dsa.intel.com/vfio", ["0000:10:00.0"])
     assert dict(first.envs) == {"VFIO_BDF0": "0000:11:00.0", "VFIO_BDF1": "0000:12:00.0"}
     assert dict(second.envs) == {"VFIO_BDF0": "0000:10:00.0"}
-    assert [d.container_path for d in second.devices] == ["/dev/vfio/0", "/dev/vfio/vfio"]
+    assert [d.container_path for d in second.devices] == [f"{root}/dev/vfio/0", f"{root}/dev/vfio/vfio"]
 
 
 async def test_iaa_plugin_serves_iax_queues(
@@ -82,5 +82,5 @@ async def test_iaa_plugin_serves_iax_queues(
     async with plugin_process(cmd, tmp_path / "plugin.log"):
         await kubelet.wait_for(lambda: kubelet.allocatable("iaa.intel.com/wq-user-shared") == 4, WAIT)
         response = await kubelet.allocate("iaa.intel.com/wq-user-shared", ["wq-user-shared-wq1.0-1"])
-    assert response.devices[0].container_path == "/dev/iax/wq1.0"
+    assert response.devices[0].container_path == f"{root}/dev/iax/wq1.0"
     assert not any(name.startswith("dsa.intel.com") for name in kubelet.resources())

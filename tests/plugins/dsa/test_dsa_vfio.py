@@ -29,8 +29,8 @@ def test_dsa_bound_to_vfio_pci_is_one_device_per_function(tmp_path: Path) -> Non
     assert info.health is Health.HEALTHY
     assert info.numa_nodes == (1,)
     assert info.nodes == (
-        DeviceNode(f"{tmp_path}/dev/vfio/1", "/dev/vfio/1", "rw"),
-        DeviceNode(f"{tmp_path}/dev/vfio/vfio", "/dev/vfio/vfio", "rw"),
+        DeviceNode(f"{tmp_path}/dev/vfio/1", f"{tmp_path}/dev/vfio/1", "rw"),
+        DeviceNode(f"{tmp_path}/dev/vfio/vfio", f"{tmp_path}/dev/vfio/vfio", "rw"),
     )
     assert dict(info.envs) == {}
     assert discovery.problems == ()
@@ -81,7 +81,7 @@ def test_bdf_envs_are_numbered_per_container_in_request_order(tmp_path: Path) ->
     assert dict(first.envs) == {"VFIO_BDF0": "0000:12:00.0", "VFIO_BDF1": "0000:10:00.0"}
     # The second container starts again at 0 and sees nothing of the first one's addresses.
     assert dict(second.envs) == {"VFIO_BDF0": "0000:11:00.0"}
-    assert [n.container_path for n in first.nodes] == ["/dev/vfio/2", "/dev/vfio/vfio", "/dev/vfio/0"]
+    assert [n.host_path for n in first.nodes] == [f"{tmp_path}/dev/vfio/{n}" for n in ("2", "vfio", "0")]
 
 
 def test_bdf_envs_replace_stale_numbering_but_keep_other_envs() -> None:

@@ -26,7 +26,7 @@ def test_every_supported_device_id_is_found(tmp_path: Path, device_id: str) -> N
     assert list(devices) == ["accel0-0"]
     info = devices["accel0-0"]
     assert info.health is Health.HEALTHY
-    assert info.nodes == (DeviceNode(f"{tmp_path}/dev/accel/accel0", "/dev/accel/accel0", "rw"),)
+    assert info.nodes == (DeviceNode(f"{tmp_path}/dev/accel/accel0", f"{tmp_path}/dev/accel/accel0", "rw"),)
     assert info.numa_nodes == (1,)
 
 

@@ -35,7 +35,7 @@ def test_enclave_and_provision_with_their_limits(tmp_path: Path) -> None:
     assert sorted(tree["enclave"]) == ["sgx-enclave-0", "sgx-enclave-1", "sgx-enclave-2"]
     assert sorted(tree["provision"]) == ["sgx-provision-0", "sgx-provision-1"]
     assert tree["enclave"]["sgx-enclave-1"].nodes == (
-        DeviceNode(f"{tmp_path}/dev/sgx_enclave", "/dev/sgx_enclave", "rw"),
+        DeviceNode(f"{tmp_path}/dev/sgx_enclave", f"{tmp_path}/dev/sgx_enclave", "rw"),
     )
     assert tree["provision"]["sgx-provision-0"].numa_nodes == ()
     assert discovery.problems == ()
@@ -47,7 +47,10 @@ def test_dcap_resources(tmp_path: Path) -> None:
     assert list(tree["qe"]) == ["qe-1"]
     assert list(tree["registration"]) == ["registration-1"]
     registration = tree["registration"]["registration-1"]
-    assert [n.container_path for n in registration.nodes] == ["/dev/sgx_enclave", "/dev/sgx_provision"]
+    assert [n.container_path for n in registration.nodes] == [
+        f"{tmp_path}/dev/sgx_enclave",
+        f"{tmp_path}/dev/sgx_provision",
+    ]
     assert registration.cdi is not None
     assert registration.cdi.qualified_name == "intel.cdi.k8s.io/sgx=efivarfs"
     assert registration.cdi.mounts == (Mount("efivarfs", "/run/efivars", read_only=False),)

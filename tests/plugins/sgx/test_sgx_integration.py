@@ -64,8 +64,11 @@ async def test_sgx_limits_dcap_cdi_and_rescan(
             WAIT,
         )
         assert plugin.process.returncode is None
-    assert [d.container_path for d in enclave.devices] == ["/dev/sgx_enclave"]
-    assert [d.container_path for d in registration.devices] == ["/dev/sgx_enclave", "/dev/sgx_provision"]
+    assert [d.container_path for d in enclave.devices] == [f"{root}/dev/sgx_enclave"]
+    assert [d.container_path for d in registration.devices] == [
+        f"{root}/dev/sgx_enclave",
+        f"{root}/dev/sgx_provision",
+    ]
     assert [c.name for c in registration.cdi_devices] == ["intel.cdi.k8s.io/sgx=efivarfs"]
     spec_file = cdi / "intel.cdi.k8s.io-sgx-efivarfs.yaml"
     spec = yaml.safe_load(spec_file.read_text())

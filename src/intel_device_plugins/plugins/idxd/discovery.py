@@ -172,7 +172,7 @@ def user_queue_nodes(prefix: str, kind: IdxdKind, queue: WorkQueue) -> tuple[tup
         return (), f"{label}: {node} is not a character device"
     char_name = f"/dev/char/{number[0]}:{number[1]}"
     char_link = prefix + char_name
-    nodes = (DeviceNode(node, container_node, "rw"), DeviceNode(char_link, char_name, "rw"))
+    nodes = (DeviceNode(node, node, "rw"), DeviceNode(char_link, char_link, "rw"))
     try:
         is_link = stat.S_ISLNK(os.lstat(char_link).st_mode)
     except OSError:

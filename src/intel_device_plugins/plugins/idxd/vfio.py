@@ -39,7 +39,7 @@ def scan_vfio(prefix: str) -> Discovery:
     pci_devices = prefix + "/sys/bus/pci/devices"
     problems: list[str] = []
     devices: dict[str, DeviceInfo] = {}
-    container_vfio = "/dev/vfio/vfio"
+    vfio_node = prefix + "/dev/vfio/vfio"
     for address in list_dir(Path(pci_devices)) or []:
         if not PCI_ADDRESS.match(address):
             continue
@@ -74,8 +74,8 @@ def scan_vfio(prefix: str) -> Discovery:
         devices[address] = DeviceInfo(
             health=health,
             nodes=(
-                DeviceNode(str(group_node), f"/dev/vfio/{group}", "rw"),
-                DeviceNode(str(prefixed(prefix, container_vfio)), container_vfio, "rw"),
+                DeviceNode(str(group_node), str(group_node), "rw"),
+                DeviceNode(vfio_node, vfio_node, "rw"),
             ),
             numa_nodes=numa,
         )

@@ -51,9 +51,7 @@ def scan_npus(prefix: str, shared_dev_num: int) -> Discovery:
             problems.append(f"{name}: device node {node} is missing; reported Unhealthy")
             health = Health.UNHEALTHY
         numa = numa_or_problem(device_dir, prefix, name, problems)
-        info = DeviceInfo(
-            health=health, nodes=(DeviceNode(str(node), f"{DEV_DIR}/{name}", "rw"),), numa_nodes=numa
-        )
+        info = DeviceInfo(health=health, nodes=(DeviceNode(str(node), str(node), "rw"),), numa_nodes=numa)
         for index in range(shared_dev_num):
             devices[f"{name}-{index}"] = info
     return Discovery({RESOURCE: devices}, tuple(problems))

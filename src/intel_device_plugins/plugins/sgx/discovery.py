@@ -62,8 +62,9 @@ def sgx_tree(prefix: str, limits: SgxLimits, present: bool) -> DeviceTree:
     All IDs of one resource share a single :class:`DeviceInfo` object, which keeps a tree of
     thousands of IDs cheap to build and to compare.
     """
-    enclave = DeviceNode(str(prefixed(prefix, ENCLAVE_NODE)), ENCLAVE_NODE, "rw")
-    provision = DeviceNode(str(prefixed(prefix, PROVISION_NODE)), PROVISION_NODE, "rw")
+    enclave_path, provision_path = prefix + ENCLAVE_NODE, prefix + PROVISION_NODE
+    enclave = DeviceNode(enclave_path, enclave_path, "rw")
+    provision = DeviceNode(provision_path, provision_path, "rw")
     resources: dict[str, Mapping[str, DeviceInfo]] = {"enclave": {}, "provision": {}}
     if limits.dcap_infra:
         resources.update({"qe": {}, "registration": {}})
