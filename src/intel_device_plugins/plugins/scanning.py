@@ -7,12 +7,16 @@ naming the device) and never log; the plugin shell hands the problems to
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.cli import PluginArgumentParser, positive_int
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+
+PCI_ID = re.compile(r"^0x[0-9a-fA-F]{4}$")
+"""A PCI vendor or device ID as sysfs writes it; anything else in those files is garbage."""
 
 
 @dataclass(frozen=True)

@@ -186,3 +186,12 @@ def test_numa_memo_follows_the_device_directory_identity(tmp_path: Path) -> None
     accel.rename(accel.with_name("old-dsa0"))
     accel.mkdir()
     assert memo(device_dir) == (0,)
+
+
+def test_broken_accelerator_link_is_reported(tmp_path: Path) -> None:
+    tree = node(tmp_path, "[[dsa]]\ncount = 2\nwqs = 1\n")
+    tree.remove("/sys/bus/dsa/devices/dsa0")
+    tree.path("/sys/bus/dsa/devices/dsa0").symlink_to("nowhere")
+    discovery = scan_work_queues(str(tmp_path), DSA, shared_dev_num=1)
+    assert sorted(discovery.tree["wq-user-dedicated"]) == ["wq-user-dedicated-wq1.0-0"]
+    assert discovery.problems[0].startswith("dsa0: cannot read")

@@ -90,3 +90,12 @@ def test_bdf_envs_replace_stale_numbering_but_keep_other_envs() -> None:
         "OTHER": "x",
         "VFIO_BDF0": "0000:aa:00.0",
     }
+
+
+def test_garbage_device_id_is_reported(tmp_path: Path) -> None:
+    tree = node(tmp_path, '[[dsa]]\ncount = 2\ndriver = "vfio-pci"\n')
+    tree.write("/sys/bus/pci/devices/0000:11:00.0/device", "dsa?\n")
+    discovery = scan_vfio(str(tmp_path))
+    assert list(discovery.tree["vfio"]) == ["0000:10:00.0"]
+    path = f"{tmp_path}/sys/bus/pci/devices/0000:11:00.0/device"
+    assert discovery.problems == (f"0000:11:00.0: garbage device ID 'dsa?' in {path}; skipped",)

@@ -95,3 +95,11 @@ def test_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["-shared-dev-num", "0"])
     assert "shared-dev-num" in capsys.readouterr().err
+
+
+def test_garbage_ids_skip_only_that_npu(tmp_path: Path) -> None:
+    tree = node(tmp_path, "[[npu]]\ncount = 2\n")
+    tree.write("/sys/class/accel/accel1/device/device", "\x00\x01garbage\n")
+    discovery = scan_npus(str(tmp_path), 1)
+    assert list(discovery.tree["accel"]) == ["accel0-0"]
+    assert discovery.problems[0].startswith("accel1: garbage PCI IDs")

@@ -102,7 +102,11 @@ def find_work_queues(prefix: str, kind: IdxdKind) -> tuple[list[WorkQueue], list
     problems: list[str] = []
     for device in _accelerators(bus, kind):
         device_dir = f"{bus}/{device}"
-        names = [name for name in list_dir(Path(device_dir)) or [] if WQ_NAME.match(name)]
+        entries = list_dir(Path(device_dir))
+        if entries is None:
+            problems.append(f"{device}: cannot read {device_dir}; its work queues are not advertised")
+            continue
+        names = [name for name in entries if WQ_NAME.match(name)]
         for name in sorted(names, key=_queue_sort_key):
             wq_dir = f"{device_dir}/{name}"
             state = read_attribute(f"{wq_dir}/state")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceInfo, DeviceNode, Health
 from intel_device_plugins.plugins.idxd.discovery import read_attribute
-from intel_device_plugins.plugins.scanning import Discovery, numa_or_problem
+from intel_device_plugins.plugins.scanning import PCI_ID, Discovery, numa_or_problem
 from intel_device_plugins.sysfs import (
     PCI_ADDRESS,
     link_basename,
@@ -55,6 +55,9 @@ def scan_vfio(prefix: str) -> Discovery:
         device_id = read_attribute(f"{function_dir}/device")
         if device_id is None:
             problems.append(f"{address}: cannot read {function_dir}/device; skipped")
+            continue
+        if not PCI_ID.match(device_id):
+            problems.append(f"{address}: garbage device ID {device_id!r} in {function_dir}/device; skipped")
             continue
         if device_id.lower() not in DSA_PCI_DEVICE_IDS:
             continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Health
-from intel_device_plugins.plugins.scanning import Discovery, numa_or_problem
+from intel_device_plugins.plugins.scanning import PCI_ID, Discovery, numa_or_problem
 from intel_device_plugins.sysfs import INTEL_VENDOR_ID, list_dir, prefixed, read_first_line, read_trimmed
 
 NAMESPACE = "npu.intel.com"
@@ -42,6 +42,9 @@ def scan_npus(prefix: str, shared_dev_num: int) -> Discovery:
         if vendor is None or device_id is None:
             missing = "vendor" if vendor is None else "device"
             problems.append(f"{name}: cannot read {device_dir / missing}; skipped")
+            continue
+        if not PCI_ID.match(vendor) or not PCI_ID.match(device_id):
+            problems.append(f"{name}: garbage PCI IDs {vendor!r}/{device_id!r} in {device_dir}; skipped")
             continue
         if vendor.lower() != INTEL_VENDOR_ID or device_id.lower() not in NPU_DEVICE_IDS:
             continue
