@@ -30,7 +30,7 @@ from intel_device_plugins.deviceplugin.model import DeviceTree, diff_trees
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.deviceplugin.server import FrameworkConfig, ResourceServer, to_proto_allocation
 from intel_device_plugins.sim.kubelet import KubeletStandIn
-from intel_device_plugins.sim.process import plugin_process
+from intel_device_plugins.sim.process import PluginProcess, plugin_process
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -90,12 +90,43 @@ async def _empty(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
     return b""
 
 
+PROTO_FLOOR_RESPONSE = pb.AllocateResponse(
+    container_responses=[
+        pb.ContainerAllocateResponse(
+            devices=[
+                pb.DeviceSpec(
+                    container_path="/dev/accel/accel0", host_path="/dev/accel/accel0", permissions="rw"
+                )
+            ]
+        )
+    ]
+)
+
+
+async def _fixed_allocate(request: pb.AllocateRequest, context: object) -> pb.AllocateResponse:
+    return PROTO_FLOOR_RESPONSE
+
+
 async def serve_floor(socket_path: str) -> None:
-    """The cheapest unary RPC there is: raw empty bytes in and out, no protobuf (as bench_gpu.py)."""
+    """Two floors in one process.
+
+    ``/bench.Floor/Empty``: the cheapest unary RPC there is, raw empty bytes in and out (the floor
+    of ``bench_gpu.py``). ``/v1beta1.DevicePlugin/Allocate``: the same RPC with protobuf decoding
+    of the request and a fixed one-device response, i.e. what any Python Allocate costs before the
+    plugin does anything.
+    """
     server = grpc.aio.server()
     handler = grpc.unary_unary_rpc_method_handler(_empty)
+    proto_handler = grpc.unary_unary_rpc_method_handler(
+        _fixed_allocate,
+        request_deserializer=pb.AllocateRequest.FromString,
+        response_serializer=pb.AllocateResponse.SerializeToString,
+    )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(FLOOR_SERVICE, {FLOOR_RPC: handler}),)
+        (
+            grpc.method_handlers_generic_handler(FLOOR_SERVICE, {FLOOR_RPC: handler}),
+            grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", {"Allocate": proto_handler}),
+        )
     )
     server.add_insecure_port(f"unix:{socket_path}")
     await server.start()
@@ -103,14 +134,14 @@ async def serve_floor(socket_path: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def floor_process(socket_path: Path, log_path: Path) -> AsyncIterator[None]:
+async def floor_process(socket_path: Path, log_path: Path) -> AsyncIterator[PluginProcess]:
     command = [sys.executable, str(Path(__file__)), "--floor", str(socket_path)]
-    async with plugin_process(command, log_path):
+    async with plugin_process(command, log_path) as floor:
         for _ in range(200):
             if await asyncio.to_thread(socket_path.exists):
                 break
             await asyncio.sleep(0.05)
-        yield
+        yield floor
 
 
 async def _time_calls(call: Callable[[], Awaitable[object]], count: int) -> list[float]:
@@ -130,6 +161,12 @@ class ProcessFigures:
     allocate_p99_us: float
     floor_p50_us: float
     floor_p99_us: float
+    proto_floor_p50_us: float
+    proto_floor_p99_us: float
+    server_cpu_us: float
+    """Server-process CPU time per Allocate: independent of load elsewhere on the machine."""
+    floor_server_cpu_us: float
+    proto_floor_server_cpu_us: float
 
     @property
     def ratio_p99(self) -> float:
@@ -166,7 +203,7 @@ async def measure_process(
         request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=list(ids))])
         floor_socket = plugin_dir / "floor.sock"
         async with (
-            floor_process(floor_socket, workdir / "floor.log"),
+            floor_process(floor_socket, workdir / "floor.log") as floor,
             grpc.aio.insecure_channel(f"unix:{plugin_dir / socket_name}") as plugin_channel,
             grpc.aio.insecure_channel(f"unix:{floor_socket}") as floor_channel,
         ):
@@ -181,17 +218,37 @@ async def measure_process(
             async def empty() -> object:
                 return await floor_rpc(b"", timeout=10)
 
+            proto_floor_stub = pb_grpc.DevicePluginStub(floor_channel)
+
+            async def proto_floor() -> object:
+                return await proto_floor_stub.Allocate(request, timeout=10)
+
             await _time_calls(allocate, 100)
             await _time_calls(empty, 100)
+            await _time_calls(proto_floor, 100)
             plugin_samples: list[float] = []
             floor_samples: list[float] = []
+            proto_samples: list[float] = []
+            plugin_cpu = floor_cpu = proto_cpu = 0.0
             for _ in range(rounds):  # interleaved, so load from elsewhere hits both alike
+                before = cpu_seconds(pid)
                 plugin_samples += await _time_calls(allocate, calls // rounds)
+                plugin_cpu += cpu_seconds(pid) - before
+                before = cpu_seconds(floor.process.pid)
                 floor_samples += await _time_calls(empty, calls // rounds)
+                floor_cpu += cpu_seconds(floor.process.pid) - before
+                before = cpu_seconds(floor.process.pid)
+                proto_samples += await _time_calls(proto_floor, calls // rounds)
+                proto_cpu += cpu_seconds(floor.process.pid) - before
         rss = peak_rss_mib(pid)
     return ProcessFigures(
         idle_cpu_percent=idle,
         peak_rss_mib=rss,
+        server_cpu_us=plugin_cpu / len(plugin_samples) * 1e6,
+        floor_server_cpu_us=floor_cpu / len(floor_samples) * 1e6,
+        proto_floor_server_cpu_us=proto_cpu / len(proto_samples) * 1e6,
+        proto_floor_p50_us=percentile(proto_samples, 0.5),
+        proto_floor_p99_us=percentile(proto_samples, 0.99),
         allocate_p50_us=percentile(plugin_samples, 0.5),
         allocate_p99_us=percentile(plugin_samples, 0.99),
         floor_p50_us=percentile(floor_samples, 0.5),
@@ -214,6 +271,10 @@ def report(title: str, scan: ScanCost, figures: ProcessFigures, allocation_us: f
             f"| floor (empty grpc.aio unary) p50 / p99 | {figures.floor_p50_us:.0f} µs"
             f" / {figures.floor_p99_us:.0f} µs |",
             f"| Allocate / floor, p50 and p99 | {figures.ratio_p50:.2f}x and {figures.ratio_p99:.2f}x |",
+            f"| protobuf floor (fixed one-device answer) p50 / p99 | {figures.proto_floor_p50_us:.0f} µs"
+            f" / {figures.proto_floor_p99_us:.0f} µs |",
+            f"| server CPU per call: plugin / protobuf floor / floor | {figures.server_cpu_us:.0f} µs"
+            f" / {figures.proto_floor_server_cpu_us:.0f} µs / {figures.floor_server_cpu_us:.0f} µs |",
             f"| plugin-side Allocate work (CPU, in process) | {allocation_us:.0f} µs |",
             "",
         ]

@@ -6,9 +6,9 @@ enabled user-type queue has a character device ``/dev/<dev>/wqN.M``, and udev li
 ``/dev/char/<major>:<minor>``.
 
 Everything here is a pure function of the filesystem below ``prefix`` (prepended to every absolute
-path, as ``-prefix`` does everywhere); nothing is logged. A queue
-whose attributes cannot be read is left out, a user queue whose device node fails the checks is
-reported Unhealthy, and each case adds one problem line that names the queue.
+path, as ``-prefix`` does everywhere); nothing is logged. A queue whose attributes cannot be read
+is left out, a user queue whose device node fails the checks is reported Unhealthy, and each case
+adds one problem line that names the queue.
 """
 
 from __future__ import annotations

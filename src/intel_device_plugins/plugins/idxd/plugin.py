@@ -27,7 +27,7 @@ class MemoisedNuma:
     """
 
     prefix: str
-    _cache: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    _cache: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict, init=False, repr=False)
 
     def __call__(self, device_dir: str) -> tuple[int, ...]:
         try:
