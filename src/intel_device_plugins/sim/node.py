@@ -24,12 +24,18 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from intel_device_plugins.sim import gpu
+from intel_device_plugins.sim import dlb, gpu, qat
 from intel_device_plugins.sim.fakefs import FakeTree
 
 KindBuilder = Callable[[FakeTree, Sequence[Mapping[str, Any]]], None]
 
-BUILDERS: Mapping[str, KindBuilder] = MappingProxyType({"gpu": gpu.build})
+BUILDERS: Mapping[str, KindBuilder] = MappingProxyType(
+    {
+        "gpu": gpu.build,
+        "qat": qat.build,
+        "dlb": dlb.build,
+    }
+)
 """Device kind → builder. A new kind is one module in ``sim/`` plus one line here."""
 
 

@@ -1,0 +1,79 @@
+"""DLB discovery: a pure function from a filesystem root to the ``dlb.intel.com`` device tree.
+
+Every ``/dev/dlbN`` node is one device. Its sysfs PCI function decides the resource: a PF without
+VFs is ``pf``, a VF (no SR-IOV attributes at all) is ``vf``, and a PF that has VFs enabled is left
+out, since its VFs are the usable devices. Devices that cannot be classified are left out with a
+problem line naming them; the others are still advertised.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from intel_device_plugins import sysfs
+from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, DeviceTree
+from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+
+NAMESPACE = "dlb.intel.com"
+PF = "pf"
+VF = "vf"
+_NODE_NAME = re.compile(r"^dlb[0-9]+$")
+
+
+@dataclass(frozen=True)
+class DlbScan:
+    tree: DeviceTree
+    problems: tuple[str, ...] = field(default=())
+
+
+def classify(device_dir: Path) -> tuple[str | None, str]:
+    """(``pf``/``vf``/``None``, problem) for one dlb2 PCI function directory.
+
+    ``None`` with no problem means "a PF with VFs": skipped on purpose.
+    """
+    numvfs_file = device_dir / "sriov_numvfs"
+    if not numvfs_file.exists():
+        return VF, ""
+    content = sysfs.read_trimmed(numvfs_file)
+    if content is None:
+        return None, f"cannot read {numvfs_file}; skipped"
+    try:
+        count = int(content)
+    except ValueError:
+        return None, f"{numvfs_file} holds {content!r}, not a number; skipped"
+    if count == 0:
+        return PF, ""
+    if count < 0:
+        return None, f"{numvfs_file} holds {count}; skipped"
+    return None, ""
+
+
+def scan_dlb(root: Path) -> DlbScan:
+    """All DLB devices under ``root``; IDs are the container paths (``/dev/dlb0``), as upstream."""
+    problems: list[str] = []
+    tree: dict[str, dict[str, DeviceInfo]] = {PF: {}, VF: {}}
+    for name in sysfs.list_dir(root / "dev") or ():
+        if not _NODE_NAME.match(name):
+            continue
+        class_dir = root / "sys/class/dlb2" / name
+        device_dir = (class_dir / "device").resolve()
+        if not device_dir.is_dir():
+            problems.append(f"/dev/{name}: no sysfs device at {class_dir / 'device'}; skipped")
+            continue
+        resource, problem = classify(device_dir)
+        if problem:
+            problems.append(f"/dev/{name}: {problem}")
+        if resource is None:
+            continue
+        try:
+            numa = numa_nodes_of(device_dir, root)
+        except TopologyError as error:
+            problems.append(f"/dev/{name}: no NUMA information: {error}")
+            numa = ()
+        container_path = f"/dev/{name}"
+        tree[resource][container_path] = DeviceInfo(
+            nodes=(DeviceNode(str(root / "dev" / name), container_path),), numa_nodes=numa
+        )
+    return DlbScan({resource: devices for resource, devices in tree.items() if devices}, tuple(problems))

@@ -1,0 +1,415 @@
+"""QAT DPDK-mode discovery: a pure function from a filesystem root to a device tree.
+
+Reading only. Binding VFs to the DPDK driver is a write and lives in :mod:`.binding`; the plugin
+shell runs :func:`find_vfs`, binds what needs binding, then :func:`build_tree` on the same root.
+Every per-device problem comes back as a :class:`Problem` instead of an exception, so one broken
+VF or PF never hides the others.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from intel_device_plugins import sysfs
+from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, DeviceTree, Health, Mount
+from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+
+NAMESPACE = "qat.intel.com"
+
+VFIO_PCI = "vfio-pci"
+IGB_UIO = "igb_uio"
+DPDK_DRIVERS = (VFIO_PCI, IGB_UIO)
+
+VF_DRIVER_OF_DEVICE: Mapping[str, str] = MappingProxyType(
+    {
+        "0442": "dh895xccvf",
+        "0443": "dh895xccvf",
+        "18a1": "c4xxxvf",
+        "19e3": "c3xxxvf",
+        "4941": "4xxxvf",
+        "4943": "4xxxvf",
+        "4945": "4xxxvf",
+        "4947": "420xxvf",
+        "4949": "6xxxvf",
+        "37c9": "c6xxvf",
+        "6f55": "d15xxvf",
+    }
+)
+"""VF PCI device ID → the kernel's VF driver for it."""
+
+KERNEL_VF_DRIVERS = ("dh895xccvf", "c4xxxvf", "c3xxxvf", "4xxxvf", "420xxvf", "6xxxvf", "c6xxvf", "d15xxvf")
+DEFAULT_KERNEL_VF_DRIVERS = ("4xxxvf", "420xxvf")
+
+CONFIGURABLE_VF_IDS = frozenset({"4941", "4943", "4945", "4947", "4949"})
+"""Generations whose PF has a service configuration; older VFs are always ``generic``."""
+
+GENERIC = "generic"
+_RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_VIRTFN = re.compile(r"^virtfn(\d+)$")
+
+
+@dataclass(frozen=True)
+class QatPaths:
+    """Where things are on a node whose filesystem starts at ``root`` (the ``-prefix``)."""
+
+    root: Path = Path("/")
+
+    @property
+    def drivers(self) -> Path:
+        return self.root / "sys/bus/pci/drivers"
+
+    @property
+    def devices(self) -> Path:
+        return self.root / "sys/bus/pci/devices"
+
+    @property
+    def debugfs(self) -> Path:
+        return self.root / "sys/kernel/debug"
+
+    def host(self, absolute: str) -> str:
+        """Host path of an absolute node path: ``/dev/vfio/3`` under the root."""
+        return str(self.root / absolute.lstrip("/"))
+
+
+@dataclass(frozen=True)
+class PhysicalFunction:
+    address: str
+    driver: str
+    sysfs_dir: Path
+
+    @property
+    def debugfs_name(self) -> str:
+        """Directory name the QAT driver gives this PF in debugfs."""
+        return f"qat_{self.driver}_{self.address}"
+
+
+@dataclass(frozen=True)
+class VirtualFunction:
+    """A QAT VF found on the node, before any binding. ``pf`` is ``None`` inside a VM."""
+
+    address: str
+    sysfs_dir: Path
+    device_id: str
+    pf: PhysicalFunction | None = None
+
+
+@dataclass(frozen=True)
+class DpdkConfig:
+    dpdk_driver: str = VFIO_PCI
+    kernel_vf_drivers: tuple[str, ...] = DEFAULT_KERNEL_VF_DRIVERS
+    max_devices: int = 64
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Result of a read-only pass: what was found, plus what was wrong along the way."""
+
+    vfs: tuple[VirtualFunction, ...]
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    tree: DeviceTree
+    problems: tuple[str, ...] = ()
+
+
+def pf_driver_of(vf_driver: str) -> str:
+    return vf_driver.removesuffix("vf")
+
+
+def _pci_entries(directory: Path) -> list[str]:
+    return [name for name in sysfs.list_dir(directory) or () if sysfs.PCI_ADDRESS.match(name)]
+
+
+def _device_id(device_dir: Path) -> str | None:
+    value = sysfs.read_trimmed(device_dir / "device")
+    if value is None:
+        return None
+    return value.lower().removeprefix("0x")
+
+
+def _virtfn_links(pf_dir: Path) -> list[Path]:
+    numbered = []
+    for name in sysfs.list_dir(pf_dir) or ():
+        match = _VIRTFN.match(name)
+        if match:
+            numbered.append((int(match.group(1)), pf_dir / name))
+    return [path for _, path in sorted(numbered)]
+
+
+def find_vfs(paths: QatPaths, config: DpdkConfig) -> Discovery:
+    """All QAT VFs of the enabled VF drivers, found through their PFs or, in a VM, by device ID.
+
+    At most ``config.max_devices`` are returned. A broken ``virtfn`` link or an unreadable
+    ``device`` file skips that one function with a problem naming it.
+    """
+    problems: list[str] = []
+    vfs: list[VirtualFunction] = []
+    for vf_driver in config.kernel_vf_drivers:
+        pf_driver = pf_driver_of(vf_driver)
+        for address in _pci_entries(paths.drivers / pf_driver):
+            pf = PhysicalFunction(
+                address, pf_driver, Path(os.path.realpath(paths.drivers / pf_driver / address))
+            )
+            for link in _virtfn_links(pf.sysfs_dir):
+                target = Path(os.path.realpath(link))
+                if not target.is_dir():
+                    problems.append(_problem(address, f"{link.name} points to missing {target}; VF skipped"))
+                    continue
+                device_id = _device_id(target)
+                if device_id is None:
+                    problems.append(
+                        _problem(target.name, "cannot read the PCI device ID; treated as generic")
+                    )
+                vfs.append(VirtualFunction(target.name, target, device_id or "", pf))
+    if not vfs and not _any_pf(paths, config):
+        vfs, vm_problems = _find_vfs_without_pf(paths, config)
+        problems.extend(vm_problems)
+    return Discovery(tuple(vfs[: config.max_devices]), tuple(problems))
+
+
+def _any_pf(paths: QatPaths, config: DpdkConfig) -> bool:
+    return any(_pci_entries(paths.drivers / pf_driver_of(driver)) for driver in config.kernel_vf_drivers)
+
+
+def _find_vfs_without_pf(paths: QatPaths, config: DpdkConfig) -> tuple[list[VirtualFunction], list[str]]:
+    """Inside a VM the PFs are absent; QAT VFs are recognised by their PCI device ID."""
+    enabled = set(config.kernel_vf_drivers)
+    vfs: list[VirtualFunction] = []
+    problems: list[str] = []
+    for address in _pci_entries(paths.devices):
+        device_dir = Path(os.path.realpath(paths.devices / address))
+        device_id = _device_id(device_dir)
+        if device_id is None:
+            problems.append(_problem(address, "cannot read the PCI device ID; skipped"))
+            continue
+        if VF_DRIVER_OF_DEVICE.get(device_id) in enabled:
+            vfs.append(VirtualFunction(address, device_id=device_id, sysfs_dir=device_dir))
+    return vfs, problems
+
+
+def _problem(subject: str, message: str) -> str:
+    """One log line naming the device (or file) it is about."""
+    return f"{subject}: {message}"
+
+
+# ----- resource names ------------------------------------------------------------------------
+
+
+def resource_from_services(services: str) -> str | None:
+    """Resource name for a PF's configured services; ``None`` when it would not be a valid name.
+
+    Every ``;`` becomes ``-`` (not only the first two), empty items are dropped, and the two
+    spellings of symmetric plus asymmetric crypto are ``cy``.
+    """
+    items = [item.strip() for item in services.strip().split(";") if item.strip()]
+    name = "-".join(items)
+    if name in ("sym-asym", "asym-sym"):
+        return "cy"
+    return name if _RESOURCE_NAME.match(name) else None
+
+
+def _services_from_dev_cfg(path: Path) -> tuple[str | None, str]:
+    """``[GENERAL] ServicesEnabled`` of a debugfs ``dev_cfg``; the string says why it is missing."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None, ""
+    except OSError as error:
+        return None, f"cannot read {path}: {error.strerror or error}"
+    parser = configparser.ConfigParser(strict=False, interpolation=None, allow_no_value=True)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        parser.read_string(text, source=str(path))
+    except configparser.Error as error:
+        return None, f"cannot parse {path}: {error.message}"
+    value = parser.get("GENERAL", "ServicesEnabled", fallback=None)
+    if not value:
+        return None, f"{path} has no [GENERAL] ServicesEnabled"
+    return value, ""
+
+
+def pf_services(pf: PhysicalFunction, paths: QatPaths) -> tuple[str | None, str]:
+    """Configured services of a PF: ``qat/cfg_services`` while the device is up, else debugfs."""
+    state = sysfs.read_trimmed(pf.sysfs_dir / "qat" / "state")
+    services = sysfs.read_trimmed(pf.sysfs_dir / "qat" / "cfg_services")
+    if state == "up" and services:
+        return services, ""
+    return _services_from_dev_cfg(paths.debugfs / pf.debugfs_name / "dev_cfg")
+
+
+def pf_resource(pf: PhysicalFunction | None, paths: QatPaths) -> tuple[str, str]:
+    """(resource name, problem or ``""``) for the VFs of ``pf``."""
+    if pf is None:
+        return GENERIC, ""
+    services, problem = pf_services(pf, paths)
+    if services is None:
+        return GENERIC, problem
+    name = resource_from_services(services)
+    if name is None:
+        return GENERIC, f"services {services!r} do not form a valid resource name; using {GENERIC!r}"
+    return name, ""
+
+
+def pf_health(pf: PhysicalFunction | None, paths: QatPaths) -> tuple[Health, str]:
+    """Heartbeat of a PF: ``-1`` means the device stopped responding.
+
+    No heartbeat file (debugfs not mounted, or a driver without heartbeat) means Healthy, as
+    upstream. A file that exists but cannot be read or holds no number is reported Unhealthy: a
+    heartbeat we cannot interpret proves nothing.
+    """
+    if pf is None:
+        return Health.HEALTHY, ""
+    path = paths.debugfs / pf.debugfs_name / "heartbeat" / "status"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return Health.HEALTHY, ""
+    except OSError as error:
+        return Health.UNHEALTHY, f"cannot read heartbeat {path}: {error.strerror or error}"
+    first = text.strip().splitlines()[0].strip() if text.strip() else ""
+    try:
+        status = int(first)
+    except ValueError:
+        return Health.UNHEALTHY, f"heartbeat {path} holds {first!r}, not a number"
+    if status == -1:
+        return Health.UNHEALTHY, "heartbeat reports the device failed"
+    return Health.HEALTHY, ""
+
+
+# ----- device nodes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DpdkDevice:
+    nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    problem: str = ""
+
+
+def vfio_device(vf: VirtualFunction, paths: QatPaths) -> DpdkDevice:
+    """``/dev/vfio/<group>`` (``noiommu-<group>`` without an IOMMU) plus the vfio container node."""
+    group_link = paths.devices / vf.address / "iommu_group"
+    group_dir = Path(os.path.realpath(group_link))
+    if not group_dir.is_dir():
+        return DpdkDevice(problem=f"no IOMMU group ({group_link} does not resolve)")
+    group = group_dir.name
+    if sysfs.read_trimmed(group_dir / "name") == "vfio-noiommu":
+        group = f"noiommu-{group}"
+    return DpdkDevice(
+        nodes=(
+            DeviceNode(paths.host(f"/dev/vfio/{group}"), f"/dev/vfio/{group}"),
+            DeviceNode(paths.host("/dev/vfio/vfio"), "/dev/vfio/vfio"),
+        )
+    )
+
+
+def uio_device(vf: VirtualFunction, paths: QatPaths) -> DpdkDevice:
+    """``/dev/uioN`` plus its sysfs device directory, which DPDK reads inside the container."""
+    entries = sysfs.list_dir(paths.devices / vf.address / "uio")
+    if not entries:
+        return DpdkDevice(problem=f"no uio device under {paths.devices / vf.address / 'uio'}")
+    uio = entries[0]
+    sys_path = f"/sys/class/uio/{uio}/device"
+    return DpdkDevice(
+        nodes=(DeviceNode(paths.host(f"/dev/{uio}"), f"/dev/{uio}"),),
+        mounts=(Mount(paths.host(sys_path), sys_path, read_only=False),),
+    )
+
+
+def dpdk_device(vf: VirtualFunction, paths: QatPaths, dpdk_driver: str) -> DpdkDevice:
+    return vfio_device(vf, paths) if dpdk_driver == VFIO_PCI else uio_device(vf, paths)
+
+
+# ----- the tree ------------------------------------------------------------------------------
+
+
+@dataclass
+class _PfCache:
+    """Per-scan memo: all VFs of one PF share its services and heartbeat."""
+
+    paths: QatPaths
+    resources: dict[str, tuple[str, str]] = field(default_factory=dict)
+    health: dict[str, tuple[Health, str]] = field(default_factory=dict)
+
+    def resource(self, pf: PhysicalFunction | None) -> tuple[str, str]:
+        if pf is None:
+            return GENERIC, ""
+        if pf.address not in self.resources:
+            self.resources[pf.address] = pf_resource(pf, self.paths)
+        return self.resources[pf.address]
+
+    def heartbeat(self, pf: PhysicalFunction | None) -> tuple[Health, str]:
+        if pf is None:
+            return Health.HEALTHY, ""
+        if pf.address not in self.health:
+            self.health[pf.address] = pf_health(pf, self.paths)
+        return self.health[pf.address]
+
+
+def _numa(vf: VirtualFunction, root: Path) -> tuple[tuple[int, ...], str]:
+    try:
+        return numa_nodes_of(vf.sysfs_dir, root), ""
+    except TopologyError as error:
+        return (), str(error)
+
+
+def build_tree(
+    paths: QatPaths,
+    vfs: Sequence[VirtualFunction],
+    config: DpdkConfig,
+    bind_failures: Mapping[str, str] | None = None,
+) -> ScanResult:
+    """The device tree for ``vfs`` as the node looks now.
+
+    A VF that is not bound to the DPDK driver (``bind_failures`` says why, when binding was tried)
+    or whose device node cannot be found is advertised Unhealthy, so the kubelet still counts it in
+    capacity but never allocates it. PF problems (services, heartbeat) are reported once per PF.
+    """
+    failures = bind_failures or {}
+    cache = _PfCache(paths)
+    problems: list[str] = []
+    tree: dict[str, dict[str, DeviceInfo]] = {}
+    for index, vf in enumerate(vfs, start=1):
+        resource = GENERIC
+        if vf.device_id in CONFIGURABLE_VF_IDS:
+            resource, resource_problem = cache.resource(vf.pf)
+            if resource_problem and vf.pf is not None:
+                problems.append(_problem(vf.pf.address, resource_problem))
+        heartbeat, heartbeat_problem = cache.heartbeat(vf.pf)
+        if heartbeat_problem and vf.pf is not None:
+            problems.append(_problem(vf.pf.address, heartbeat_problem))
+        health = heartbeat
+        driver = sysfs.driver_name(paths.devices / vf.address) or ""
+        if driver != config.dpdk_driver:
+            reason = failures.get(vf.address) or f"bound to {driver or 'no driver'}, not {config.dpdk_driver}"
+            problems.append(_problem(vf.address, f"Unhealthy: {reason}"))
+            health = Health.UNHEALTHY
+        device = dpdk_device(vf, paths, config.dpdk_driver)
+        if device.problem:
+            problems.append(_problem(vf.address, device.problem))
+            health = Health.UNHEALTHY
+        numa, numa_problem = _numa(vf, paths.root)
+        if numa_problem:
+            problems.append(_problem(vf.address, f"no NUMA information: {numa_problem}"))
+        tree.setdefault(resource, {})[vf.address] = DeviceInfo(
+            health=health,
+            nodes=device.nodes,
+            mounts=device.mounts,
+            envs={f"QAT{index}": vf.address},
+            numa_nodes=numa,
+        )
+    return ScanResult(tree, tuple(dict.fromkeys(problems)))
+
+
+def needs_binding(vf: VirtualFunction, paths: QatPaths, dpdk_driver: str) -> str | None:
+    """The VF's current driver (``""`` when unbound) if it must be rebound, else ``None``."""
+    driver = sysfs.driver_name(paths.devices / vf.address) or ""
+    return None if driver == dpdk_driver else driver
