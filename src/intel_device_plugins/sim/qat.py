@@ -60,8 +60,8 @@ def _vf_address(pf_address: str, index: int) -> str:
     return f"{pf_address[:8]}{devfn // 8:02x}.{devfn % 8:x}"
 
 
-def _driver_dir(tree: FakeTree, driver: str) -> None:
-    """A driver directory with the ``bind``/``unbind`` attributes a real one has."""
+def load_driver(tree: FakeTree, driver: str) -> None:
+    """A loaded driver: its directory with the ``bind``/``unbind`` attributes a real one has."""
     tree.mkdir(f"/sys/bus/pci/drivers/{driver}")
     for attribute in ("bind", "unbind"):
         if not tree.path(f"/sys/bus/pci/drivers/{driver}/{attribute}").exists():
@@ -99,7 +99,7 @@ def vfio_node_name(tree: FakeTree, sysfs: str) -> str:
 def attach_driver(tree: FakeTree, address: str, driver: str) -> None:
     """Bind a VF to ``driver`` and create what that driver creates (vfio group node, uio device)."""
     sysfs = tree.sysfs_of(address)
-    _driver_dir(tree, driver)
+    load_driver(tree, driver)
     tree.bind(address, sysfs, driver)
     if driver == "vfio-pci":
         tree.device_node("/dev/vfio/vfio")
@@ -169,7 +169,7 @@ def add_pf(
         bridge_bus = tree.next_pci_address()[5:7]
         parent = f"/sys/devices/pci0000:{bridge_bus}/0000:{bridge_bus}:01.0"
         tree.write(f"{parent}/numa_node", f"{numa_node}\n")
-    _driver_dir(tree, generation)
+    load_driver(tree, generation)
     pf = tree.pci_function(
         address,
         vendor="0x8086",
