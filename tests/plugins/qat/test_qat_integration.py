@@ -59,7 +59,7 @@ async def test_dpdk_mode_serves_allocates_and_reports_health(
     argv = command(root, plugin_dir, "-allocation-policy", "balanced")
     async with plugin_process(argv, tmp_path / "qat.log") as plugin:
         await kubelet.wait_for(
-            lambda: len(kubelet.resources().get(cy, {})) == 8 and dc in kubelet.resources()
+            lambda: len(kubelet.resources().get(cy, {})) == 8 and len(kubelet.resources().get(dc, {})) == 2
         )
         assert kubelet.options(cy).get_preferred_allocation_available
         # The dc VFs stay on the kernel driver (nothing rebinds them here): advertised, not allocatable.
