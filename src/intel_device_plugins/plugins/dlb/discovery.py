@@ -8,7 +8,9 @@ problem line naming them; the others are still advertised.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,15 +52,29 @@ def classify(device_dir: Path) -> tuple[str | None, str]:
     return None, ""
 
 
-def scan_dlb(root: Path) -> DlbScan:
+NumaLookup = Callable[[Path], tuple[int, ...]]
+"""A device directory's NUMA nodes; may raise ``TopologyError``. The shell passes a cached one."""
+
+
+def _device_key(class_dir: Path) -> Path:
+    """The class entry's link target: names the device's full PCI path, so it keys a cache safely."""
+    try:
+        return Path(os.path.normpath(class_dir.parent / os.readlink(class_dir))) / "device"
+    except OSError:
+        return class_dir / "device"
+
+
+def scan_dlb(root: Path, numa_of: NumaLookup | None = None) -> DlbScan:
     """All DLB devices under ``root``; IDs are the container paths (``/dev/dlb0``), as upstream."""
+    lookup = numa_of or (lambda directory: numa_nodes_of(directory, root))
     problems: list[str] = []
     tree: dict[str, dict[str, DeviceInfo]] = {PF: {}, VF: {}}
     for name in sysfs.list_dir(root / "dev") or ():
         if not _NODE_NAME.match(name):
             continue
         class_dir = root / "sys/class/dlb2" / name
-        device_dir = (class_dir / "device").resolve()
+        # The kernel follows the links; resolving them here would cost a stat per path component.
+        device_dir = class_dir / "device"
         if not device_dir.is_dir():
             problems.append(f"/dev/{name}: no sysfs device at {class_dir / 'device'}; skipped")
             continue
@@ -68,7 +84,7 @@ def scan_dlb(root: Path) -> DlbScan:
         if resource is None:
             continue
         try:
-            numa = numa_nodes_of(device_dir, root)
+            numa = lookup(_device_key(class_dir))
         except TopologyError as error:
             problems.append(f"/dev/{name}: no NUMA information: {error}")
             numa = ()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import DeviceTree
+from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.dlb.discovery import NAMESPACE, scan_dlb
 
@@ -18,13 +19,17 @@ log = logging.getLogger(__name__)
 class DlbPlugin:
     root: Path = Path("/")
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
+    numa: NumaCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.numa = NumaCache(self.root)
 
     @property
     def namespace(self) -> str:
         return NAMESPACE
 
     def scan(self) -> DeviceTree:
-        result = scan_dlb(self.root)
+        result = scan_dlb(self.root, self.numa)
         self.problems.report(result.problems)
         return result.tree
 

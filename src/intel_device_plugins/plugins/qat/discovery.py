@@ -11,8 +11,9 @@ from __future__ import annotations
 import configparser
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 
@@ -60,21 +61,34 @@ class QatPaths:
 
     root: Path = Path("/")
 
-    @property
+    # Cached: a scan asks for these paths once per VF, and building paths is a large share of it.
+    @cached_property
     def drivers(self) -> Path:
         return self.root / "sys/bus/pci/drivers"
 
-    @property
+    @cached_property
     def devices(self) -> Path:
         return self.root / "sys/bus/pci/devices"
 
-    @property
+    @cached_property
     def debugfs(self) -> Path:
         return self.root / "sys/kernel/debug"
 
+    @cached_property
+    def _host_prefix(self) -> str:
+        return str(self.root).rstrip("/")
+
+    @cached_property
+    def devices_str(self) -> str:
+        return str(self.devices)
+
     def host(self, absolute: str) -> str:
         """Host path of an absolute node path: ``/dev/vfio/3`` under the root."""
-        return str(self.root / absolute.lstrip("/"))
+        return self._host_prefix + absolute
+
+    def device_attribute(self, address: str, name: str) -> str:
+        """``<root>/sys/bus/pci/devices/<address>/<name>`` as a string (cheaper than a Path)."""
+        return f"{self.devices_str}/{address}/{name}"
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,14 @@ def _device_id(device_dir: Path) -> str | None:
     return value.lower().removeprefix("0x")
 
 
+def _link_target(link: Path) -> Path | None:
+    """Where a sysfs link points, without resolving every component (sysfs links are direct)."""
+    try:
+        return Path(os.path.normpath(link.parent / os.readlink(link)))
+    except OSError:
+        return None
+
+
 def _virtfn_links(pf_dir: Path) -> list[Path]:
     numbered = []
     for name in sysfs.list_dir(pf_dir) or ():
@@ -159,9 +181,9 @@ def find_vfs(paths: QatPaths, config: DpdkConfig) -> Discovery:
                 address, pf_driver, Path(os.path.realpath(paths.drivers / pf_driver / address))
             )
             for link in _virtfn_links(pf.sysfs_dir):
-                target = Path(os.path.realpath(link))
-                if not target.is_dir():
-                    problems.append(_problem(address, f"{link.name} points to missing {target}; VF skipped"))
+                target = _link_target(link)
+                if target is None or not target.is_dir():
+                    problems.append(_problem(address, f"{link.name} does not lead to a device; VF skipped"))
                     continue
                 device_id = _device_id(target)
                 if device_id is None:
@@ -294,14 +316,20 @@ class DpdkDevice:
     problem: str = ""
 
 
+def _link_name(path: str) -> str | None:
+    try:
+        return os.path.basename(os.readlink(path))
+    except OSError:
+        return None
+
+
 def vfio_device(vf: VirtualFunction, paths: QatPaths) -> DpdkDevice:
     """``/dev/vfio/<group>`` (``noiommu-<group>`` without an IOMMU) plus the vfio container node."""
-    group_link = paths.devices / vf.address / "iommu_group"
-    group_dir = Path(os.path.realpath(group_link))
-    if not group_dir.is_dir():
+    group_link = paths.device_attribute(vf.address, "iommu_group")
+    group = _link_name(group_link)
+    if group is None or not os.path.isdir(group_link):
         return DpdkDevice(problem=f"no IOMMU group ({group_link} does not resolve)")
-    group = group_dir.name
-    if sysfs.read_trimmed(group_dir / "name") == "vfio-noiommu":
+    if sysfs.read_trimmed(Path(group_link, "name")) == "vfio-noiommu":
         group = f"noiommu-{group}"
     return DpdkDevice(
         nodes=(
@@ -313,15 +341,21 @@ def vfio_device(vf: VirtualFunction, paths: QatPaths) -> DpdkDevice:
 
 def uio_device(vf: VirtualFunction, paths: QatPaths) -> DpdkDevice:
     """``/dev/uioN`` plus its sysfs device directory, which DPDK reads inside the container."""
-    entries = sysfs.list_dir(paths.devices / vf.address / "uio")
+    uio_dir = paths.device_attribute(vf.address, "uio")
+    entries = sysfs.list_dir(Path(uio_dir))
     if not entries:
-        return DpdkDevice(problem=f"no uio device under {paths.devices / vf.address / 'uio'}")
+        return DpdkDevice(problem=f"no uio device under {uio_dir}")
     uio = entries[0]
     sys_path = f"/sys/class/uio/{uio}/device"
     return DpdkDevice(
         nodes=(DeviceNode(paths.host(f"/dev/{uio}"), f"/dev/{uio}"),),
         mounts=(Mount(paths.host(sys_path), sys_path, read_only=False),),
     )
+
+
+def current_driver(vf: VirtualFunction, paths: QatPaths) -> str:
+    """The driver a VF is bound to now; ``""`` when none."""
+    return _link_name(paths.device_attribute(vf.address, "driver")) or ""
 
 
 def dpdk_device(vf: VirtualFunction, paths: QatPaths, dpdk_driver: str) -> DpdkDevice:
@@ -354,9 +388,13 @@ class _PfCache:
         return self.health[pf.address]
 
 
-def _numa(vf: VirtualFunction, root: Path) -> tuple[tuple[int, ...], str]:
+NumaLookup = Callable[[Path], tuple[int, ...]]
+"""A device directory's NUMA nodes; may raise ``TopologyError``. The shell passes a cached one."""
+
+
+def _numa(vf: VirtualFunction, numa_of: NumaLookup) -> tuple[tuple[int, ...], str]:
     try:
-        return numa_nodes_of(vf.sysfs_dir, root), ""
+        return numa_of(vf.sysfs_dir), ""
     except TopologyError as error:
         return (), str(error)
 
@@ -366,6 +404,7 @@ def build_tree(
     vfs: Sequence[VirtualFunction],
     config: DpdkConfig,
     bind_failures: Mapping[str, str] | None = None,
+    numa_of: NumaLookup | None = None,
 ) -> ScanResult:
     """The device tree for ``vfs`` as the node looks now.
 
@@ -374,6 +413,7 @@ def build_tree(
     capacity but never allocates it. PF problems (services, heartbeat) are reported once per PF.
     """
     failures = bind_failures or {}
+    lookup = numa_of or (lambda directory: numa_nodes_of(directory, paths.root))
     cache = _PfCache(paths)
     problems: list[str] = []
     tree: dict[str, dict[str, DeviceInfo]] = {}
@@ -387,7 +427,7 @@ def build_tree(
         if heartbeat_problem and vf.pf is not None:
             problems.append(_problem(vf.pf.address, heartbeat_problem))
         health = heartbeat
-        driver = sysfs.driver_name(paths.devices / vf.address) or ""
+        driver = current_driver(vf, paths)
         if driver != config.dpdk_driver:
             reason = failures.get(vf.address) or f"bound to {driver or 'no driver'}, not {config.dpdk_driver}"
             problems.append(_problem(vf.address, f"Unhealthy: {reason}"))
@@ -396,7 +436,7 @@ def build_tree(
         if device.problem:
             problems.append(_problem(vf.address, device.problem))
             health = Health.UNHEALTHY
-        numa, numa_problem = _numa(vf, paths.root)
+        numa, numa_problem = _numa(vf, lookup)
         if numa_problem:
             problems.append(_problem(vf.address, f"no NUMA information: {numa_problem}"))
         tree.setdefault(resource, {})[vf.address] = DeviceInfo(
@@ -411,5 +451,5 @@ def build_tree(
 
 def needs_binding(vf: VirtualFunction, paths: QatPaths, dpdk_driver: str) -> str | None:
     """The VF's current driver (``""`` when unbound) if it must be rebound, else ``None``."""
-    driver = sysfs.driver_name(paths.devices / vf.address) or ""
+    driver = current_driver(vf, paths)
     return None if driver == dpdk_driver else driver

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from intel_device_plugins import sysfs
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceMap, DeviceTree
+from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.qat import discovery, kernel, policy
 from intel_device_plugins.plugins.qat.discovery import NAMESPACE, DpdkConfig, QatPaths
@@ -78,6 +79,7 @@ class QatDpdkPlugin:
         self._bind_failures: dict[str, tuple[str, int]] = {}
         """VF address → (reason, scan number of the failed attempt)."""
         self._scans = 0
+        self._numa = NumaCache(paths.root)
 
     def scan(self) -> DeviceTree:
         self._scans += 1
@@ -89,7 +91,7 @@ class QatDpdkPlugin:
                 self._bind_failures.pop(vf.address, None)
                 continue
             failures[vf.address] = self._bind(vf.address, current)
-        result = discovery.build_tree(self.paths, found.vfs, self.config, failures)
+        result = discovery.build_tree(self.paths, found.vfs, self.config, failures, self._numa)
         self.problems.report((*found.problems, *result.problems))
         return result.tree
 
