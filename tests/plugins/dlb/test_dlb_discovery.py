@@ -118,7 +118,7 @@ def test_no_dlb_is_an_empty_tree(tree: FakeTree) -> None:
     assert scan_dlb(tree.root).tree == {}
 
 
-def test_the_plugin_logs_a_problem_once_and_watches_the_class_directory(
+def test_the_plugin_logs_a_problem_once_and_watches_dev(
     tree: FakeTree, caplog: pytest.LogCaptureFixture
 ) -> None:
     tree.device_node("/dev/dlb3")
@@ -128,4 +128,4 @@ def test_the_plugin_logs_a_problem_once_and_watches_the_class_directory(
         plugin.scan()
     assert caplog.text.count("/dev/dlb3: no sysfs device") == 1
     assert plugin.namespace == "dlb.intel.com"
-    assert plugin.watch_paths() == (tree.root / "sys/class/dlb2",)
+    assert plugin.watch_paths() == (tree.root / "dev",)

@@ -127,3 +127,18 @@ def test_hooks_use_the_configured_policy_and_renumber_per_container(tree: FakeTr
     assert [address.split(":")[1] for address in chosen] == ["10", "11"]
     allocation = plugin.post_allocate("cy", devices, chosen, default_allocation(devices, chosen))
     assert dict(allocation.envs) == {"QAT0": chosen[0], "QAT1": chosen[1]}
+
+
+def test_static_facts_are_read_again_after_a_vf_disappears(tree: FakeTree) -> None:
+    pf = add_pf(tree, vfs=2)
+    plugin = QatDpdkPlugin(QatPaths(tree.root), DpdkConfig())
+    assert plugin.scan()["cy"][pf.vfs[0]].nodes[0].container_path == "/dev/vfio/0"
+    pf_sysfs = tree.sysfs_of(pf.address)
+    link = tree.path(f"{pf_sysfs}/virtfn0")
+    target = link.readlink()
+    link.unlink()
+    assert pf.vfs[0] not in plugin.scan()["cy"]
+    # The VF comes back in another IOMMU group (as after re-creating the VFs).
+    tree.link(f"{tree.sysfs_of(pf.vfs[0])}/iommu_group", "/sys/kernel/iommu_groups/1")
+    link.symlink_to(target)
+    assert plugin.scan()["cy"][pf.vfs[0]].nodes[0].container_path == "/dev/vfio/1"

@@ -34,5 +34,5 @@ class DlbPlugin:
         return result.tree
 
     def watch_paths(self) -> Sequence[Path]:
-        """The driver adds and removes ``dlb2`` class entries as devices come and go."""
-        return (self.root / "sys/class/dlb2",)
+        """``/dev/dlbN`` nodes appear and vanish with the devices; sysfs sends no such events."""
+        return (self.root / "dev",)

@@ -138,6 +138,24 @@ def pf_driver_of(vf_driver: str) -> str:
     return vf_driver.removesuffix("vf")
 
 
+class StaticMemo:
+    """Facts about a VF that cannot change while it exists: PCI device ID and IOMMU group.
+
+    A scan every second would otherwise re-read them for every VF. The shell keeps one memo across
+    scans and calls :meth:`retain` with the VFs just seen, so a VF that disappears (and may come
+    back differently) is read afresh. Only successful reads are remembered.
+    """
+
+    def __init__(self) -> None:
+        self.device_ids: dict[str, str] = {}
+        self.groups: dict[str, str] = {}
+
+    def retain(self, addresses: set[str]) -> None:
+        for table in (self.device_ids, self.groups):
+            for address in [a for a in table if a not in addresses]:
+                del table[address]
+
+
 def _pci_entries(directory: Path) -> list[str]:
     return [name for name in sysfs.list_dir(directory) or () if sysfs.PCI_ADDRESS.match(name)]
 
@@ -166,12 +184,13 @@ def _virtfn_links(pf_dir: Path) -> list[Path]:
     return [path for _, path in sorted(numbered)]
 
 
-def find_vfs(paths: QatPaths, config: DpdkConfig) -> Discovery:
+def find_vfs(paths: QatPaths, config: DpdkConfig, memo: StaticMemo | None = None) -> Discovery:
     """All QAT VFs of the enabled VF drivers, found through their PFs or, in a VM, by device ID.
 
     At most ``config.max_devices`` are returned. A broken ``virtfn`` link or an unreadable
     ``device`` file skips that one function with a problem naming it.
     """
+    memo = memo or StaticMemo()
     problems: list[str] = []
     vfs: list[VirtualFunction] = []
     for vf_driver in config.kernel_vf_drivers:
@@ -182,6 +201,10 @@ def find_vfs(paths: QatPaths, config: DpdkConfig) -> Discovery:
             )
             for link in _virtfn_links(pf.sysfs_dir):
                 target = _link_target(link)
+                known = memo.device_ids.get(target.name) if target is not None else None
+                if known is not None and target is not None:
+                    vfs.append(VirtualFunction(target.name, target, known, pf))
+                    continue
                 if target is None or not target.is_dir():
                     problems.append(_problem(address, f"{link.name} does not lead to a device; VF skipped"))
                     continue
@@ -190,6 +213,8 @@ def find_vfs(paths: QatPaths, config: DpdkConfig) -> Discovery:
                     problems.append(
                         _problem(target.name, "cannot read the PCI device ID; treated as generic")
                     )
+                else:
+                    memo.device_ids[target.name] = device_id
                 vfs.append(VirtualFunction(target.name, target, device_id or "", pf))
     if not vfs and not _any_pf(paths, config):
         vfs, vm_problems = _find_vfs_without_pf(paths, config)
@@ -323,14 +348,27 @@ def _link_name(path: str) -> str | None:
         return None
 
 
-def vfio_device(vf: VirtualFunction, paths: QatPaths) -> DpdkDevice:
-    """``/dev/vfio/<group>`` (``noiommu-<group>`` without an IOMMU) plus the vfio container node."""
+def vfio_group(vf: VirtualFunction, paths: QatPaths) -> str | None:
+    """The VF's IOMMU group as named under ``/dev/vfio`` (``noiommu-<n>`` for a no-IOMMU group)."""
     group_link = paths.device_attribute(vf.address, "iommu_group")
     group = _link_name(group_link)
     if group is None or not os.path.isdir(group_link):
-        return DpdkDevice(problem=f"no IOMMU group ({group_link} does not resolve)")
+        return None
     if sysfs.read_trimmed(Path(group_link, "name")) == "vfio-noiommu":
-        group = f"noiommu-{group}"
+        return f"noiommu-{group}"
+    return group
+
+
+def vfio_device(vf: VirtualFunction, paths: QatPaths, memo: StaticMemo | None = None) -> DpdkDevice:
+    """``/dev/vfio/<group>`` plus the vfio container node."""
+    group = memo.groups.get(vf.address) if memo is not None else None
+    if group is None:
+        group = vfio_group(vf, paths)
+        if group is None:
+            link = paths.device_attribute(vf.address, "iommu_group")
+            return DpdkDevice(problem=f"no IOMMU group ({link} does not resolve)")
+        if memo is not None:
+            memo.groups[vf.address] = group
     return DpdkDevice(
         nodes=(
             DeviceNode(paths.host(f"/dev/vfio/{group}"), f"/dev/vfio/{group}"),
@@ -358,8 +396,10 @@ def current_driver(vf: VirtualFunction, paths: QatPaths) -> str:
     return _link_name(paths.device_attribute(vf.address, "driver")) or ""
 
 
-def dpdk_device(vf: VirtualFunction, paths: QatPaths, dpdk_driver: str) -> DpdkDevice:
-    return vfio_device(vf, paths) if dpdk_driver == VFIO_PCI else uio_device(vf, paths)
+def dpdk_device(
+    vf: VirtualFunction, paths: QatPaths, dpdk_driver: str, memo: StaticMemo | None = None
+) -> DpdkDevice:
+    return vfio_device(vf, paths, memo) if dpdk_driver == VFIO_PCI else uio_device(vf, paths)
 
 
 # ----- the tree ------------------------------------------------------------------------------
@@ -405,12 +445,15 @@ def build_tree(
     config: DpdkConfig,
     bind_failures: Mapping[str, str] | None = None,
     numa_of: NumaLookup | None = None,
+    memo: StaticMemo | None = None,
+    drivers: Mapping[str, str] | None = None,
 ) -> ScanResult:
     """The device tree for ``vfs`` as the node looks now.
 
     A VF that is not bound to the DPDK driver (``bind_failures`` says why, when binding was tried)
     or whose device node cannot be found is advertised Unhealthy, so the kubelet still counts it in
     capacity but never allocates it. PF problems (services, heartbeat) are reported once per PF.
+    ``drivers`` are current drivers the caller has just read (it saves reading them twice).
     """
     failures = bind_failures or {}
     lookup = numa_of or (lambda directory: numa_nodes_of(directory, paths.root))
@@ -427,12 +470,12 @@ def build_tree(
         if heartbeat_problem and vf.pf is not None:
             problems.append(_problem(vf.pf.address, heartbeat_problem))
         health = heartbeat
-        driver = current_driver(vf, paths)
+        driver = drivers[vf.address] if drivers and vf.address in drivers else current_driver(vf, paths)
         if driver != config.dpdk_driver:
             reason = failures.get(vf.address) or f"bound to {driver or 'no driver'}, not {config.dpdk_driver}"
             problems.append(_problem(vf.address, f"Unhealthy: {reason}"))
             health = Health.UNHEALTHY
-        device = dpdk_device(vf, paths, config.dpdk_driver)
+        device = dpdk_device(vf, paths, config.dpdk_driver, memo)
         if device.problem:
             problems.append(_problem(vf.address, device.problem))
             health = Health.UNHEALTHY
@@ -447,9 +490,3 @@ def build_tree(
             numa_nodes=numa,
         )
     return ScanResult(tree, tuple(dict.fromkeys(problems)))
-
-
-def needs_binding(vf: VirtualFunction, paths: QatPaths, dpdk_driver: str) -> str | None:
-    """The VF's current driver (``""`` when unbound) if it must be rebound, else ``None``."""
-    driver = current_driver(vf, paths)
-    return None if driver == dpdk_driver else driver

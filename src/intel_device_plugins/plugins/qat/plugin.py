@@ -80,18 +80,24 @@ class QatDpdkPlugin:
         """VF address → (reason, scan number of the failed attempt)."""
         self._scans = 0
         self._numa = NumaCache(paths.root)
+        self._memo = discovery.StaticMemo()
 
     def scan(self) -> DeviceTree:
         self._scans += 1
-        found = discovery.find_vfs(self.paths, self.config)
+        found = discovery.find_vfs(self.paths, self.config, self._memo)
         failures: dict[str, str] = {}
+        settled: dict[str, str] = {}
         for vf in found.vfs:
-            current = discovery.needs_binding(vf, self.paths, self.config.dpdk_driver)
-            if current is None:
+            current = discovery.current_driver(vf, self.paths)
+            if current == self.config.dpdk_driver:
                 self._bind_failures.pop(vf.address, None)
+                settled[vf.address] = current
                 continue
             failures[vf.address] = self._bind(vf.address, current)
-        result = discovery.build_tree(self.paths, found.vfs, self.config, failures, self._numa)
+        self._memo.retain({vf.address for vf in found.vfs})
+        result = discovery.build_tree(
+            self.paths, found.vfs, self.config, failures, self._numa, self._memo, settled
+        )
         self.problems.report((*found.problems, *result.problems))
         return result.tree
 
