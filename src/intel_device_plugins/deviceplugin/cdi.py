@@ -12,8 +12,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from intel_device_plugins.deviceplugin.model import CdiDevice, Mount
 
 CDI_VERSION = "0.5.0"
@@ -60,6 +58,8 @@ def write_cdi_spec(cdi_dir: Path, device: CdiDevice) -> Path:
     The write is atomic (temporary file plus rename), so a runtime never reads half a spec.
     Raises ``OSError`` naming the path when the directory cannot be written.
     """
+    import yaml  # only needed when a spec is written; keeps plugin start-up lean
+
     path = cdi_dir / cdi_spec_file_name(device)
     content = yaml.safe_dump(cdi_spec_document(device), sort_keys=False)
     try:

@@ -27,6 +27,7 @@ from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc 
 from intel_device_plugins.deviceplugin.cdi import write_cdi_spec
 from intel_device_plugins.deviceplugin.model import (
     AllocationError,
+    CdiDevice,
     ContainerAllocation,
     DeviceMap,
     default_allocation,
@@ -136,6 +137,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self._wake = asyncio.Event()
         self._stopping = False
         self._last_problem = ""
+        self._cdi_written: dict[str, tuple[CdiDevice, Path]] = {}
         self.registrations = 0
         """How many times this resource registered with a kubelet (observability and tests)."""
 
@@ -203,10 +205,11 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
     async def _restart_serving(self) -> None:
         if self._server is not None:
             log.info("socket %s was removed; serving it again", self.socket_path)
-            await self._stop_server()
+            await self._stop_server(grace=0)
         directory = self.config.device_plugin_dir
         if not directory.is_dir():
-            raise OSError(f"device plugin directory {directory} does not exist")
+            state = "is not a directory" if directory.exists() else "does not exist"
+            raise OSError(f"device plugin directory {directory} {state}")
         if self.socket_path.exists() or self.socket_path.is_symlink():
             if _socket_in_use(self.socket_path):
                 raise OSError(f"socket {self.socket_path} is already in use by another process")
@@ -232,10 +235,10 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         async with grpc.aio.insecure_channel(f"unix:{self.config.kubelet_socket}") as channel:
             await pb_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT)
 
-    async def _stop_server(self) -> None:
+    async def _stop_server(self, grace: float) -> None:
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(grace=0.2)
+            await server.stop(grace=grace)
         if self._socket_identity is not None and _inode(self.socket_path) == self._socket_identity:
             self.socket_path.unlink(missing_ok=True)
         self._socket_identity = None
@@ -246,7 +249,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self._wake.set()
         async with self._changed:
             self._changed.notify_all()
-        await self._stop_server()
+        await self._stop_server(grace=0.2)
 
     # ----- DevicePlugin service --------------------------------------------------------------
 
@@ -312,14 +315,21 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         return allocation
 
     def _write_cdi_specs(self, devices: DeviceMap, ids: Sequence[str]) -> None:
-        written: set[str] = set()
+        """Make sure the runtime can resolve every CDI name handed out.
+
+        A spec written before is only checked for existence (``/var/run`` is emptied on reboot);
+        a changed device gets its spec rewritten.
+        """
         for device_id in ids:
             info = devices.get(device_id)
-            if info is None or info.cdi is None or info.cdi.qualified_name in written:
+            if info is None or info.cdi is None:
                 continue
-            written.add(info.cdi.qualified_name)
+            known = self._cdi_written.get(info.cdi.qualified_name)
+            if known is not None and known[0] == info.cdi and os.path.exists(known[1]):
+                continue
             try:
-                write_cdi_spec(self.config.cdi_dir, info.cdi)
+                path = write_cdi_spec(self.config.cdi_dir, info.cdi)
+                self._cdi_written[info.cdi.qualified_name] = (info.cdi, path)
             except OSError as error:
                 log.error(
                     "cannot write CDI spec for %s in %s: %s",

@@ -17,14 +17,15 @@ class TopologyError(ValueError):
     """NUMA information exists but cannot be understood; the message names the file."""
 
 
-def _read_trimmed(path: Path) -> str:
+def _read_trimmed(path: str) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
+        with open(path, encoding="utf-8", errors="replace") as stream:
+            return stream.read().strip()
     except OSError:
         return ""
 
 
-def _parse_numa(value: str, source: Path) -> tuple[int, ...]:
+def _parse_numa(value: str, source: str) -> tuple[int, ...]:
     if value in ("", "-1"):
         return ()
     nodes: list[int] = []
@@ -40,37 +41,44 @@ def _parse_numa(value: str, source: Path) -> tuple[int, ...]:
     return tuple(nodes)
 
 
-def _walk_up(start: Path, devices_root: Path) -> Iterable[Path]:
-    current = start
-    while current == devices_root or devices_root in current.parents:
-        yield current
-        current = current.parent
+def devices_root(root: Path | str = "/") -> str:
+    """The resolved ``<root>/sys/devices``; device directories are walked up to here and no further."""
+    return os.path.realpath(os.path.join(root, "sys", "devices"))
 
 
-def numa_nodes_of(device_dir: Path, root: Path = Path("/")) -> tuple[int, ...]:
+def numa_nodes_of_resolved(device_dir: str, sys_devices: str) -> tuple[int, ...]:
+    """:func:`numa_nodes_of` for an already resolved directory (saves the path resolution in scans)."""
+    chain: list[str] = []
+    current = device_dir
+    while current == sys_devices or current.startswith(sys_devices + "/"):
+        chain.append(current)
+        current = os.path.dirname(current)
+    for index, directory in enumerate(chain):
+        numa_file = os.path.join(directory, "numa_node")
+        numa = _parse_numa(_read_trimmed(numa_file), numa_file)
+        cpus = _read_trimmed(os.path.join(directory, "local_cpulist"))
+        if not numa and not cpus:
+            continue
+        if numa and not cpus:
+            has_cpus_above = any(
+                _read_trimmed(os.path.join(parent, "local_cpulist")) for parent in chain[index + 1 :]
+            )
+            return numa if has_cpus_above else ()
+        return numa
+    return ()
+
+
+def numa_nodes_of(device_dir: Path | str, root: Path | str = "/") -> tuple[int, ...]:
     """NUMA nodes of one sysfs device directory under ``root``; empty when unknown.
 
     Walks from the device towards ``/sys/devices`` and takes the first directory that has NUMA or
     CPU information. A ``numa_node`` of -1 means "none". A NUMA value whose CPU list is empty along
     the whole chain (a firmware quirk) is a socket number, not a NUMA node, and is dropped.
     """
-    devices_root = Path(os.path.realpath(root / "sys" / "devices"))
-    start = Path(os.path.realpath(device_dir))
-    chain = list(_walk_up(start, devices_root))
-    for index, directory in enumerate(chain):
-        numa_file = directory / "numa_node"
-        numa = _parse_numa(_read_trimmed(numa_file), numa_file)
-        cpus = _read_trimmed(directory / "local_cpulist")
-        if not numa and not cpus:
-            continue
-        if numa and not cpus:
-            has_cpus_above = any(_read_trimmed(parent / "local_cpulist") for parent in chain[index + 1 :])
-            return numa if has_cpus_above else ()
-        return numa
-    return ()
+    return numa_nodes_of_resolved(os.path.realpath(device_dir), devices_root(root))
 
 
-def numa_nodes_of_all(device_dirs: Iterable[Path], root: Path = Path("/")) -> tuple[int, ...]:
+def numa_nodes_of_all(device_dirs: Iterable[Path | str], root: Path | str = "/") -> tuple[int, ...]:
     """Sorted union of the NUMA nodes of several sysfs device directories."""
     nodes: set[int] = set()
     for device_dir in device_dirs:

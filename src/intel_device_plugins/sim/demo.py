@@ -16,7 +16,7 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from intel_device_plugins.sim import gpu
 from intel_device_plugins.sim.kubelet import KubeletStandIn
-from intel_device_plugins.sim.node import build_node, load_node_spec, parse_node_spec
+from intel_device_plugins.sim.node import NodeSpec, build_node, load_node_spec, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
 from intel_device_plugins.sim.profiles import profile_text
 
@@ -54,7 +54,12 @@ def _describe(response: pb.ContainerAllocateResponse, root: Path) -> str:
     return "\n".join(lines).replace(str(root), "$NODE")
 
 
-EXPECTED_RESOURCES = ("gpu.intel.com/i915", "gpu.intel.com/xe", "gpu.intel.com/monitoring")
+def _expected_gpu_resources(spec: NodeSpec) -> list[str]:
+    """The resources the GPU plugin should advertise for this node: one per driver, plus monitoring."""
+    drivers = sorted({str(entry.get("driver", "i915")) for entry in spec.devices.get("gpu", ())})
+    return [f"gpu.intel.com/{driver}" for driver in drivers] + (
+        ["gpu.intel.com/monitoring"] if drivers else []
+    )
 
 
 def _all_advertised(kubelet: KubeletStandIn, resources: Sequence[str]) -> bool:
@@ -78,6 +83,12 @@ async def run_demo(workdir: Path, node_file: Path | None) -> int:
     tree = build_node(spec, root)
     _say(f"Simulated node {spec.name!r} built under {root}")
     _say("Kubelet: the built-in stand-in (device plugin API v1beta1 over unix sockets)")
+    expected = _expected_gpu_resources(spec)
+    if not expected:
+        _say("The node has no GPUs; nothing to demonstrate.")
+        return 1
+    resource = expected[0]
+    driver = resource.split("/")[1]
     command = [
         console_script("intel_gpu_device_plugin"),
         "-prefix", str(root),
@@ -91,7 +102,7 @@ async def run_demo(workdir: Path, node_file: Path | None) -> int:
         started = time.monotonic()
         async with plugin_process(command, workdir / "gpu-plugin.log") as plugin:
             try:
-                await kubelet.wait_for(lambda: _all_advertised(kubelet, EXPECTED_RESOURCES), timeout=15)
+                await kubelet.wait_for(lambda: _all_advertised(kubelet, expected), timeout=15)
             except TimeoutError:
                 _say("The GPU plugin did not register in time; its log:\n" + plugin.log_text())
                 return 1
@@ -99,24 +110,24 @@ async def run_demo(workdir: Path, node_file: Path | None) -> int:
             _say(f"GPU plugin registered {len(kubelet.resources())} resources in {elapsed:.2f} s\n")
             _say(_table(kubelet))
 
-            available = sorted(kubelet.resources()["gpu.intel.com/i915"])
-            chosen = await kubelet.preferred("gpu.intel.com/i915", available, [], 2)
-            _say(f"\nA container asks for 2 x gpu.intel.com/i915; balanced policy prefers {chosen}")
-            response = await kubelet.allocate("gpu.intel.com/i915", chosen)
+            available = sorted(kubelet.resources()[resource])
+            chosen = await kubelet.preferred(resource, available, [], 2)
+            _say(f"\nA container asks for 2 x {resource}; balanced policy prefers {chosen}")
+            response = await kubelet.allocate(resource, chosen)
             _say(f"The container gets ($NODE = {root}):\n" + _describe(response, root))
 
-            before = _counts(kubelet, "gpu.intel.com/xe")
+            before = _counts(kubelet, resource)
             plugged_at = time.monotonic()
-            card = gpu.add_card(tree, driver="xe", numa_node=0, device_id="0xe20b")
-            await kubelet.wait_for(lambda: _counts(kubelet, "gpu.intel.com/xe")[0] > before[0], timeout=10)
+            card = gpu.add_card(tree, driver=driver, numa_node=0)
+            await kubelet.wait_for(lambda: _counts(kubelet, resource)[0] > before[0], timeout=10)
             _say(
-                f"\nHot-plugged card{card.index} (xe, {card.address}): gpu.intel.com/xe went from "
-                f"{before[0]} to {_counts(kubelet, 'gpu.intel.com/xe')[0]} devices "
+                f"\nHot-plugged card{card.index} ({driver}, {card.address}): {resource} went from "
+                f"{before[0]} to {_counts(kubelet, resource)[0]} devices "
                 f"in {time.monotonic() - plugged_at:.2f} s"
             )
             unplugged_at = time.monotonic()
             gpu.remove_card(tree, card.index)
-            await kubelet.wait_for(lambda: _counts(kubelet, "gpu.intel.com/xe") == before, timeout=10)
+            await kubelet.wait_for(lambda: _counts(kubelet, resource) == before, timeout=10)
             _say(
                 f"Hot-unplugged card{card.index}: back to {before[0]} devices in "
                 f"{time.monotonic() - unplugged_at:.2f} s"

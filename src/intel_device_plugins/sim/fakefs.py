@@ -81,9 +81,12 @@ class FakeTree:
             self.write(f"/sys/devices/system/node/node{node}/cpulist", self.cpulist(node) + "\n")
 
     def next_pci_address(self) -> str:
-        bus = self._next_bus
-        self._next_bus += 1
-        return f"0000:{bus:02x}:00.0"
+        """A free PCI address (one bus per function), also when the tree was built by someone else."""
+        while True:
+            address = f"0000:{self._next_bus:02x}:00.0"
+            self._next_bus += 1
+            if not self.path(f"/sys/bus/pci/devices/{address}").is_symlink():
+                return address
 
     def pci_function(
         self,

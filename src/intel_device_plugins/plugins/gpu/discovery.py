@@ -11,7 +11,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import (
     CdiDevice,
@@ -21,7 +20,7 @@ from intel_device_plugins.deviceplugin.model import (
     Health,
     Mount,
 )
-from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+from intel_device_plugins.deviceplugin.topology import TopologyError, devices_root, numa_nodes_of_resolved
 from intel_device_plugins.sysfs import (
     INTEL_VENDOR_ID,
     PCI_ADDRESS,
@@ -79,60 +78,84 @@ class _Card:
     monitoring_nodes: tuple[DeviceNode, ...]
 
 
-def _pci_address_of(card_link: Path) -> str | None:
-    """``/sys/class/drm/card0`` → ``…/0000:00:02.0/drm/card0`` → ``0000:00:02.0``."""
-    try:
-        target = Path(os.readlink(card_link))
-    except OSError:
-        return None
-    if target.parent.name != "drm":
-        return None
-    address = target.parent.parent.name
-    return address if PCI_ADDRESS.match(address) else None
+@dataclass(frozen=True)
+class _NodeView:
+    """What one scan reads once and shares between cards."""
+
+    prefix: str
+    drm_dir: str
+    dri_dir: str
+    dev_dir: str
+    by_path_dir: str
+    dri_entries: frozenset[str]
+    by_path_entries: tuple[str, ...] | None
+    sys_devices: str
 
 
-def _by_path_mounts(by_path_dir: Path, mode: ByPath, card_link: Path) -> tuple[Mount, ...]:
-    if mode is ByPath.NONE or not by_path_dir.is_dir():
-        return ()
-    if mode is ByPath.ALL:
-        return (Mount(str(by_path_dir), str(by_path_dir), read_only=True),)
-    address = _pci_address_of(card_link)
-    entries = list_dir(by_path_dir) if address else None
-    if not entries or address is None:
-        return ()
-    return tuple(
-        Mount(str(by_path_dir / entry), str(by_path_dir / entry), read_only=True)
-        for entry in entries
-        if entry.startswith(f"pci-{address}")
+def _node_view(prefix: str) -> _NodeView:
+    dri_dir = str(prefixed(prefix, "/dev/dri"))
+    by_path_dir = os.path.join(dri_dir, "by-path")
+    by_path = list_dir(by_path_dir)
+    return _NodeView(
+        prefix=prefix,
+        drm_dir=str(prefixed(prefix, "/sys/class/drm")),
+        dri_dir=dri_dir,
+        dev_dir=str(prefixed(prefix, "/dev")),
+        by_path_dir=by_path_dir,
+        dri_entries=frozenset(list_dir(dri_dir) or ()),
+        by_path_entries=tuple(by_path) if by_path is not None else None,
+        sys_devices=devices_root(prefix or "/"),
     )
 
 
-def _mei_nodes(device_dir: Path, dev_root: Path) -> tuple[DeviceNode, ...]:
+def _pci_device_dir(view: _NodeView, name: str) -> str | None:
+    """``/sys/class/drm/card0`` → ``…/devices/…/0000:00:02.0/drm/card0`` → the PCI function's directory."""
+    try:
+        target = os.readlink(os.path.join(view.drm_dir, name))
+    except OSError:
+        return None
+    drm_node_dir = os.path.normpath(os.path.join(view.drm_dir, target))
+    if os.path.basename(os.path.dirname(drm_node_dir)) != "drm":
+        return None
+    return os.path.dirname(os.path.dirname(drm_node_dir))
+
+
+def _by_path_mounts(view: _NodeView, mode: ByPath, pci_dir: str) -> tuple[Mount, ...]:
+    if mode is ByPath.NONE or view.by_path_entries is None:
+        return ()
+    if mode is ByPath.ALL:
+        return (Mount(view.by_path_dir, view.by_path_dir, read_only=True),)
+    address = os.path.basename(pci_dir)
+    if not PCI_ADDRESS.match(address):
+        return ()
+    wanted = f"pci-{address}"
+    paths = (os.path.join(view.by_path_dir, e) for e in view.by_path_entries if e.startswith(wanted))
+    return tuple(Mount(path, path, read_only=True) for path in paths)
+
+
+def _mei_nodes(view: _NodeView, pci_dir: str) -> tuple[DeviceNode, ...]:
     nodes: list[DeviceNode] = []
-    for mei_dir in sorted(device_dir.glob("*.mei-*/mei")):
-        for name in list_dir(mei_dir) or []:
-            path = str(dev_root / name)
-            nodes.append(DeviceNode(path, path, "rw"))
+    for entry in list_dir(pci_dir) or ():
+        if ".mei-" in entry:
+            for name in list_dir(os.path.join(pci_dir, entry, "mei")) or ():
+                path = os.path.join(view.dev_dir, name)
+                nodes.append(DeviceNode(path, path, "rw"))
     return tuple(nodes)
 
 
-def _inspect_card(name: str, prefix: str, options: GpuOptions, problems: list[str]) -> _Card | None:
-    drm_dir = prefixed(prefix, "/sys/class/drm")
-    dri_dir = prefixed(prefix, "/dev/dri")
-    card_link = drm_dir / name
-    device_dir = card_link / "device"
-
-    vendor = read_trimmed(device_dir / "vendor")
+def _inspect_card(view: _NodeView, name: str, options: GpuOptions, problems: list[str]) -> _Card | None:
+    device_dir = os.path.join(view.drm_dir, name, "device")
+    vendor = read_trimmed(os.path.join(device_dir, "vendor"))
     if vendor is None:
-        problems.append(f"GPU {name}: cannot read {device_dir / 'vendor'}; card skipped")
+        problems.append(f"GPU {name}: cannot read {device_dir}/vendor; card skipped")
         return None
     if vendor != INTEL_VENDOR_ID:
         return None
-    drm_entries = list_dir(device_dir / "drm")
+    drm_entries = list_dir(os.path.join(device_dir, "drm"))
     if drm_entries is None:
         return None
     if options.allow_ids or options.deny_ids:
-        device_id = read_first_line(device_dir / "device")
+        device_id = read_first_line(os.path.join(device_dir, "device"))
         if not device_id:
             problems.append(
                 f"GPU {name}: cannot read its PCI device ID; skipped because allow/deny lists are set"
@@ -147,24 +170,26 @@ def _inspect_card(name: str, prefix: str, options: GpuOptions, problems: list[st
 
     driver = driver_name(device_dir) or DEFAULT_DRIVER
     expected = [entry for entry in drm_entries if not CONTROL_NODE.match(entry)]
-    present = [entry for entry in expected if (dri_dir / entry).exists()]
-    nodes = tuple(DeviceNode(str(dri_dir / entry), str(dri_dir / entry), "rw") for entry in present)
+    present = [entry for entry in expected if entry in view.dri_entries]
+    paths = [os.path.join(view.dri_dir, entry) for entry in present]
+    nodes = tuple(DeviceNode(path, path, "rw") for path in paths)
     health = Health.HEALTHY
     if not present:
         if not expected:
             return None
         problems.append(
-            f"GPU {name}: none of its device nodes {expected} exist in {dri_dir}; reported Unhealthy"
+            f"GPU {name}: none of its device nodes {expected} exist in {view.dri_dir}; reported Unhealthy"
         )
         health = Health.UNHEALTHY
     elif len(present) < len(expected):
         missing = sorted(set(expected) - set(present))
-        problems.append(f"GPU {name}: device nodes {missing} missing in {dri_dir}; reported Unhealthy")
+        problems.append(f"GPU {name}: device nodes {missing} missing in {view.dri_dir}; reported Unhealthy")
         health = Health.UNHEALTHY
 
-    mounts = _by_path_mounts(dri_dir / "by-path", options.by_path, card_link)
+    pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
+    mounts = _by_path_mounts(view, options.by_path, pci_dir)
     try:
-        numa = numa_nodes_of(device_dir, Path(prefix or "/"))
+        numa = numa_nodes_of_resolved(pci_dir, view.sys_devices)
     except TopologyError as error:
         problems.append(f"GPU {name}: {error}; no NUMA topology reported")
         numa = ()
@@ -175,7 +200,7 @@ def _inspect_card(name: str, prefix: str, options: GpuOptions, problems: list[st
         numa_nodes=numa,
         cdi=CdiDevice(kind=CDI_KIND, name=name, nodes=nodes, mounts=mounts) if nodes else None,
     )
-    monitoring = nodes + _mei_nodes(device_dir, prefixed(prefix, "/dev")) if options.enable_monitoring else ()
+    monitoring = nodes + _mei_nodes(view, pci_dir) if options.enable_monitoring else ()
     return _Card(name, driver, info, monitoring)
 
 
@@ -186,14 +211,14 @@ def _card_number(name: str) -> int:
 def scan_gpus(prefix: str, options: GpuOptions) -> GpuScan:
     """The complete GPU device tree of the node under ``prefix``, with the problems found."""
     problems: list[str] = []
-    drm_dir = prefixed(prefix, "/sys/class/drm")
-    entries = list_dir(drm_dir)
+    view = _node_view(prefix)
+    entries = list_dir(view.drm_dir)
     if entries is None:
-        return GpuScan({}, (f"cannot read {drm_dir}; no GPUs advertised",))
+        return GpuScan({}, (f"cannot read {view.drm_dir}; no GPUs advertised",))
     tree: dict[str, dict[str, DeviceInfo]] = {}
     monitoring: dict[str, list[DeviceNode]] = {}
     for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
-        card = _inspect_card(name, prefix, options, problems)
+        card = _inspect_card(view, name, options, problems)
         if card is None:
             continue
         devices = tree.setdefault(card.driver, {})

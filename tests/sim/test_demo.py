@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from intel_device_plugins.sim.demo import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    output = capsys.readouterr().out
+    assert "gpu.intel.com/i915" in output and "card0-0" in output
+    assert "intel.cdi.k8s.io/gpu=card" in output
+    assert "Hot-plugged card8" in output and "Hot-unplugged card8" in output
+    assert "sockets left behind: none" in output
+
+
+def test_demo_on_a_custom_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = tmp_path / "node.toml"
+    node.write_text('[node]\nnuma_nodes = 2\n[[gpu]]\ndriver = "xe"\ncount = 2\nnuma_node = 1\n')
+    assert main(["--node", str(node)]) == 0
+    output = capsys.readouterr().out
+    assert "gpu.intel.com/xe" in output and "gpu.intel.com/i915" not in output
+    assert "Hot-plugged card2 (xe" in output
