@@ -30,17 +30,22 @@ class DlbScan:
     problems: tuple[str, ...] = field(default=())
 
 
-def classify(device_dir: Path) -> tuple[str | None, str]:
+def classify(device_dir: str) -> tuple[str | None, str]:
     """(``pf``/``vf``/``None``, problem) for one dlb2 PCI function directory.
 
-    ``None`` with no problem means "a PF with VFs": skipped on purpose.
+    ``None`` with no problem means "a PF with VFs": skipped on purpose. One read in the common case:
+    the scan runs every second.
     """
-    numvfs_file = device_dir / "sriov_numvfs"
-    if not numvfs_file.exists():
-        return VF, ""
-    content = sysfs.read_trimmed(numvfs_file)
-    if content is None:
-        return None, f"cannot read {numvfs_file}; skipped"
+    numvfs_file = f"{device_dir}/sriov_numvfs"
+    try:
+        with open(numvfs_file, encoding="utf-8", errors="replace") as stream:
+            content = stream.read().strip()
+    except FileNotFoundError:
+        if os.path.isdir(device_dir):
+            return VF, ""
+        return None, f"no sysfs device at {device_dir}; skipped"
+    except OSError as error:
+        return None, f"cannot read {numvfs_file}: {error.strerror or error}; skipped"
     try:
         count = int(content)
     except ValueError:
@@ -56,29 +61,30 @@ NumaLookup = Callable[[Path], tuple[int, ...]]
 """A device directory's NUMA nodes; may raise ``TopologyError``. The shell passes a cached one."""
 
 
-def _device_key(class_dir: Path) -> Path:
+def _device_key(class_dir: str) -> Path:
     """The class entry's link target: names the device's full PCI path, so it keys a cache safely."""
     try:
-        return Path(os.path.normpath(class_dir.parent / os.readlink(class_dir))) / "device"
+        return Path(
+            os.path.normpath(os.path.join(os.path.dirname(class_dir), os.readlink(class_dir))), "device"
+        )
     except OSError:
-        return class_dir / "device"
+        return Path(class_dir, "device")
 
 
 def scan_dlb(root: Path, numa_of: NumaLookup | None = None) -> DlbScan:
     """All DLB devices under ``root``; IDs are the container paths (``/dev/dlb0``), as upstream."""
     lookup = numa_of or (lambda directory: numa_nodes_of(directory, root))
+    prefix = str(root).rstrip("/")
+    class_root = f"{prefix}/sys/class/dlb2"
     problems: list[str] = []
     tree: dict[str, dict[str, DeviceInfo]] = {PF: {}, VF: {}}
-    for name in sysfs.list_dir(root / "dev") or ():
+    for name in sysfs.list_dir(f"{prefix}/dev") or ():
         if not _NODE_NAME.match(name):
             continue
-        class_dir = root / "sys/class/dlb2" / name
-        # The kernel follows the links; resolving them here would cost a stat per path component.
-        device_dir = class_dir / "device"
-        if not device_dir.is_dir():
-            problems.append(f"/dev/{name}: no sysfs device at {class_dir / 'device'}; skipped")
-            continue
-        resource, problem = classify(device_dir)
+        class_dir = f"{class_root}/{name}"
+        # Paths go through the links (the kernel follows them); resolving them here costs a stat
+        # per path component.
+        resource, problem = classify(f"{class_dir}/device")
         if problem:
             problems.append(f"/dev/{name}: {problem}")
         if resource is None:
@@ -90,6 +96,6 @@ def scan_dlb(root: Path, numa_of: NumaLookup | None = None) -> DlbScan:
             numa = ()
         container_path = f"/dev/{name}"
         tree[resource][container_path] = DeviceInfo(
-            nodes=(DeviceNode(str(root / "dev" / name), container_path),), numa_nodes=numa
+            nodes=(DeviceNode(f"{prefix}{container_path}", container_path),), numa_nodes=numa
         )
     return DlbScan({resource: devices for resource, devices in tree.items() if devices}, tuple(problems))
