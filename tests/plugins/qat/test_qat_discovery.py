@@ -266,3 +266,14 @@ def test_pfs_without_vfs_do_not_trigger_the_vm_fallback(tree: FakeTree) -> None:
 
 def test_no_qat_at_all_is_an_empty_tree(tree: FakeTree) -> None:
     assert scan(tree) == ScanResult({}, ())
+
+
+def test_a_broken_pf_driver_link_skips_that_pf_only(tree: FakeTree) -> None:
+    broken = add_pf(tree, vfs=2)
+    good = add_pf(tree, vfs=2)
+    link = tree.path(f"/sys/bus/pci/drivers/4xxx/{broken.address}")
+    link.unlink()
+    link.symlink_to("../../../../devices/gone")
+    result = scan(tree)
+    assert sorted(result.tree["cy"]) == sorted(good.vfs)
+    assert any(problem.startswith(broken.address) and "driver link" in problem for problem in result.problems)

@@ -199,6 +199,11 @@ def find_vfs(paths: QatPaths, config: DpdkConfig, memo: StaticMemo | None = None
             pf = PhysicalFunction(
                 address, pf_driver, Path(os.path.realpath(paths.drivers / pf_driver / address))
             )
+            if not pf.sysfs_dir.is_dir():
+                problems.append(
+                    _problem(address, f"{pf_driver} driver link does not lead to a device; skipped")
+                )
+                continue
             for link in _virtfn_links(pf.sysfs_dir):
                 target = _link_target(link)
                 known = memo.device_ids.get(target.name) if target is not None else None
