@@ -1,9 +1,10 @@
-"""QAT DPDK-mode discovery: a pure function from a filesystem root to a device tree.
+"""QAT DPDK-mode discovery: pure functions from a filesystem root to a device tree.
 
-Reading only. Binding VFs to the DPDK driver is a write and lives in :mod:`.binding`; the plugin
-shell runs :func:`find_vfs`, binds what needs binding, then :func:`build_tree` on the same root.
-Every per-device problem comes back as a :class:`Problem` instead of an exception, so one broken
-VF or PF never hides the others.
+Reading only. Binding VFs to the DPDK driver is a write and lives in the shell (:mod:`.plugin`),
+which runs :func:`find_vfs`, binds what needs binding, then :func:`build_tree` on the same root.
+The optional caches it passes in (:class:`StaticMemo`, a NUMA lookup) only skip re-reading facts
+that cannot change while a device exists. Every per-device problem comes back as a line of text
+naming the device instead of an exception, so one broken VF or PF never hides the others.
 """
 
 from __future__ import annotations
