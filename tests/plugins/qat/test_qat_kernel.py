@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from intel_device_plugins.plugins.qat.kernel import (
     scan_kernel,
     usable_devices,
 )
-from intel_device_plugins.plugins.qat.plugin import QatKernelPlugin
+from intel_device_plugins.plugins.qat.plugin import BackgroundCommand, QatKernelPlugin
 from intel_device_plugins.sim.fakefs import FakeTree
 
 STATUS = """\
@@ -266,3 +267,62 @@ def test_run_command_reports_exit_code_and_output() -> None:
 def test_run_command_for_a_missing_program_raises_oserror() -> None:
     with pytest.raises(OSError):
         run_command(["/nonexistent/adf_ctl", "status"])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class GatedRunner:
+    """Answers ``output-<n>`` for the n-th run; a run from the second on waits until released."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        self.runs += 1
+        if self.runs > 1:
+            self.release.wait(10)
+        self.finished.set()
+        return f"output-{self.runs}"
+
+
+def test_adf_ctl_runs_off_the_event_loop_at_most_every_refresh_interval() -> None:
+    runner, clock = GatedRunner(), Clock()
+    command = BackgroundCommand(runner, ["adf_ctl", "status"], refresh=5, clock=clock)
+    assert command.latest() == "output-1"
+    clock.now = 4.9
+    assert command.latest() == "output-1"
+    assert runner.runs == 1
+    clock.now = 5.0
+    runner.finished.clear()
+    # The second run hangs; scans keep getting the last answer instead of waiting for it.
+    assert command.latest() == "output-1"
+    assert command.latest() == "output-1"
+    runner.release.set()
+    assert runner.finished.wait(10)
+    for _ in range(1000):
+        if command.latest() == "output-2":
+            break
+        threading.Event().wait(0.01)
+    assert command.latest() == "output-2"
+    assert runner.runs == 2
+
+
+def test_a_first_adf_ctl_that_never_answers_is_an_error() -> None:
+    hung = threading.Event()
+
+    def runner(argv: Sequence[str]) -> str:
+        hung.wait(10)
+        return ""
+
+    command = BackgroundCommand(runner, ["adf_ctl", "status"])
+    with pytest.raises(CommandError, match="no answer"):
+        command.latest(first_wait=0.05)
+    hung.set()

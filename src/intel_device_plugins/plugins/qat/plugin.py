@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -132,20 +134,83 @@ class QatDpdkPlugin:
         return policy.renumber(allocation, ids)
 
 
+ADF_CTL_STATUS = ("adf_ctl", "status")
+ADF_CTL_REFRESH = 5.0
+"""Seconds between ``adf_ctl status`` runs; device states change rarely and a run costs a process."""
+FIRST_ANSWER_TIMEOUT = 15.0
+
+
+class BackgroundCommand:
+    """Runs a command on a thread of its own, at most every ``refresh`` seconds, keeping the latest outcome.
+
+    The scan runs on the event loop: a slow or hung ``adf_ctl`` there would stall every gRPC call.
+    Only the very first scan waits for an answer (so the plugin starts with devices).
+    """
+
+    def __init__(
+        self,
+        runner: kernel.CommandRunner,
+        argv: Sequence[str],
+        refresh: float = ADF_CTL_REFRESH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._runner = runner
+        self._argv = list(argv)
+        self._refresh = refresh
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._answered = threading.Event()
+        self._outcome: str | Exception | None = None
+        self._running = False
+        self._started_at: float | None = None
+
+    def latest(self, first_wait: float = FIRST_ANSWER_TIMEOUT) -> str:
+        """The latest output; raises the latest failure (``OSError`` or ``CommandError``)."""
+        now = self._clock()
+        with self._lock:
+            due = self._started_at is None or now - self._started_at >= self._refresh
+            if due and not self._running:
+                self._running, self._started_at = True, now
+                threading.Thread(target=self._run, name="adf_ctl", daemon=True).start()
+        self._answered.wait(first_wait)
+        with self._lock:
+            outcome = self._outcome
+        if outcome is None:
+            raise kernel.CommandError(f"{' '.join(self._argv)} gave no answer within {first_wait} s")
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _run(self) -> None:
+        outcome: str | Exception
+        try:
+            outcome = self._runner(self._argv)
+        except (OSError, kernel.CommandError) as error:
+            outcome = error
+        with self._lock:
+            self._outcome, self._running = outcome, False
+        self._answered.set()
+
+
 class QatKernelPlugin:
     """QAT through the kernel driver: one resource per ``cy<C>_dc<D>`` section shape."""
 
     namespace = NAMESPACE
 
-    def __init__(self, paths: kernel.KernelPaths, runner: kernel.CommandRunner = kernel.run_command) -> None:
+    def __init__(
+        self,
+        paths: kernel.KernelPaths,
+        runner: kernel.CommandRunner = kernel.run_command,
+        refresh: float = ADF_CTL_REFRESH,
+    ) -> None:
         self.paths = paths
-        self.runner = runner
+        self.status = BackgroundCommand(runner, ADF_CTL_STATUS, refresh)
         self.problems = ProblemLog(log)
 
     def scan(self) -> DeviceTree:
         """Raises when ``adf_ctl`` fails: the framework then keeps serving the previous devices."""
         try:
-            output = self.runner(["adf_ctl", "status"])
+            output = self.status.latest()
         except (OSError, kernel.CommandError) as error:
             self.problems.report([f"adf_ctl status: {error}"])
             raise RuntimeError(f"adf_ctl status failed: {error}") from error
