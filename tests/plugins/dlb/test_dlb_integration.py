@@ -72,6 +72,12 @@ async def test_pf_and_vf_resources_are_served_and_follow_hotplug(
             (str(root / "dev/dlb4"), "/dev/dlb4", "rw")
         ]
 
+        # A kubelet restart deletes every socket; both resources come back registered.
+        before = len(kubelet.registrations)
+        await kubelet.restart()
+        await kubelet.wait_for(lambda: len(kubelet.registrations) >= before + 2)
+        await kubelet.wait_for(lambda: kubelet.allocatable(vf) == 4 and kubelet.allocatable(pf) == 2)
+
         added = dlb.add_dlb(tree)
         await kubelet.wait_for(lambda: len(kubelet.resources()[pf]) == 3)
         tree.device_node("/dev/dlb9")  # a node without a sysfs device: logged, skipped

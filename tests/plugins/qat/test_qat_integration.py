@@ -90,6 +90,12 @@ async def test_dpdk_mode_serves_allocates_and_reports_health(
             await kubelet.allocate(dc, ["0000:12:00.1"])
         assert "unhealthy device 0000:12:00.1" in (rejected.value.details() or "")
 
+        before = len(kubelet.registrations)
+        await kubelet.restart()
+        await kubelet.wait_for(
+            lambda: len(kubelet.registrations) >= before + 2 and kubelet.allocatable(cy) == 8
+        )
+
         tree.write("/sys/kernel/debug/qat_4xxx_0000:10:00.0/heartbeat/status", "-1\n")
         await kubelet.wait_for(lambda: kubelet.allocatable(cy) == 4)
         assert "0000:10:00.0: heartbeat reports the device failed" in plugin.log_text()
