@@ -96,7 +96,10 @@ class QatDpdkPlugin:
                 settled[vf.address] = current
                 continue
             failures[vf.address] = self._bind(vf.address, current)
-        self._memo.retain({vf.address for vf in found.vfs})
+        present = {vf.address for vf in found.vfs}
+        self._memo.retain(present)
+        for gone in [address for address in self._bind_failures if address not in present]:
+            del self._bind_failures[gone]
         result = discovery.build_tree(
             self.paths, found.vfs, self.config, failures, self._numa, self._memo, settled
         )
