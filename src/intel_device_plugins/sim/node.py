@@ -33,6 +33,7 @@ BUILDERS: Mapping[str, KindBuilder] = MappingProxyType(
     {
         "gpu": gpu.build,
         "qat": qat.build,
+        "qat_kernel": qat.build_kernel,
         "dlb": dlb.build,
     }
 )

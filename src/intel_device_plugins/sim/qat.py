@@ -264,3 +264,83 @@ def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
                 behind_bridge=bool(options["behind_bridge"]),
                 iommu=str(options["iommu"]),
             )
+
+
+# ----- kernel mode ---------------------------------------------------------------------------
+
+KERNEL_DEFAULTS: Mapping[str, Any] = {
+    "generation": "c6xx",
+    "count": 1,
+    "numa_node": 0,
+    "state": "up",
+    "config": (
+        "[GENERAL]\nServicesEnabled = cy;dc\nConfigVersion = 2\n\n"
+        "[KERNEL]\nNumberCyInstances = 0\nNumberDcInstances = 0\n\n"
+        "[SSL]\nNumberCyInstances = 1\nNumberDcInstances = 0\nNumProcesses = 4\nLimitDevAccess = 0\n\n"
+        "[DC]\nNumberCyInstances = 0\nNumberDcInstances = 1\nNumProcesses = 2\nLimitDevAccess = 1\n"
+    ),
+}
+
+ADF_CTL = "/usr/local/bin/adf_ctl"
+"""Where the simulated node keeps its ``adf_ctl``: put ``<root>/usr/local/bin`` first in ``PATH``."""
+
+
+def _status_line(inst: int, generation: str, address: str, numa_node: int, state: str) -> str:
+    return (
+        f" qat_dev{inst} - type: {generation},  inst_id: {inst},  node_id: {numa_node},  "
+        f"bsf: {address},  #accel: 5 #engines: 10 state: {state}"
+    )
+
+
+def add_kernel_device(
+    tree: FakeTree, *, generation: str = "c6xx", numa_node: int = 0, state: str = "up", config: str = ""
+) -> int:
+    """One QAT device driven by the kernel driver: uio node, ``/etc`` configuration, ``adf_ctl`` line.
+
+    Returns the device's ``inst_id``. The simulated ``adf_ctl`` is a script printing the status of
+    every kernel-mode device created so far, as the real tool does.
+    """
+    pf_id = GENERATIONS[generation][0]
+    lines_file = tree.path("/var/lib/sim-qat/adf_ctl_status")
+    lines = lines_file.read_text().splitlines() if lines_file.exists() else []
+    inst = len(lines)
+    address = tree.next_pci_address()
+    load_driver(tree, generation)
+    tree.pci_function(
+        address, vendor="0x8086", device=pf_id, numa_node=numa_node, driver=generation, pci_class=QAT_CLASS
+    )
+    sysfs = tree.sysfs_of(address)
+    uio = f"uio{_next_index(tree, '/sys/class/uio', 'uio')}"
+    tree.mkdir(f"{sysfs}/uio/{uio}")
+    tree.link(f"/sys/class/uio/{uio}", f"{sysfs}/uio/{uio}")
+    tree.device_node(f"/dev/{uio}")
+    for node in ("/dev/qat_adf_ctl", "/dev/qat_dev_processes", "/dev/usdm_drv"):
+        tree.device_node(node)
+    tree.write(f"/etc/{generation}_dev{inst}.conf", config or str(KERNEL_DEFAULTS["config"]))
+    lines.append(_status_line(inst, generation, address, numa_node, state))
+    tree.write("/var/lib/sim-qat/adf_ctl_status", "\n".join(lines) + "\n")
+    script = tree.write(
+        ADF_CTL,
+        "#!/bin/sh\n"
+        f"echo 'There is {len(lines)} QAT acceleration device(s) in the system:'\n"
+        f"cat '{lines_file}'\n",
+    )
+    script.chmod(0o755)
+    return inst
+
+
+def build_kernel(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
+    """Build every ``[[qat_kernel]]`` entry: ``count`` devices for ``-mode kernel``."""
+    for entry in entries:
+        options = entry_options(entry, "qat_kernel", KERNEL_DEFAULTS)
+        generation = str(options["generation"])
+        if generation not in GENERATIONS:
+            raise ValueError(f"unknown QAT generation {generation!r} (known: {', '.join(GENERATIONS)})")
+        for _ in range(int(options["count"])):
+            add_kernel_device(
+                tree,
+                generation=generation,
+                numa_node=int(options["numa_node"]),
+                state=str(options["state"]),
+                config=str(options["config"]),
+            )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import os
 from pathlib import Path
 
 import grpc.aio
@@ -13,6 +13,8 @@ from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc 
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
+from intel_device_plugins.sim.profiles import profile_text
+from intel_device_plugins.sim.qat import ADF_CTL
 
 pytestmark = pytest.mark.integration
 
@@ -104,42 +106,28 @@ async def test_dpdk_mode_serves_allocates_and_reports_health(
     assert leftover_sockets(plugin_dir) == []
 
 
-STATUS = """#!/bin/sh
-cat <<'OUT'
-There is 2 QAT acceleration device(s) in the system:
- qat_dev0 - type: c6xx,  inst_id: 0,  node_id: 0,  bsf: 0000:3d:00.0,  #accel: 5 #engines: 10 state: up
- qat_dev1 - type: c6xx,  inst_id: 1,  node_id: 0,  bsf: 0000:3f:00.0,  #accel: 5 #engines: 10 state: up
-OUT
-"""
-
-CONFIG = """[GENERAL]
-ServicesEnabled = cy
-[SSL]
-NumberCyInstances = 1
-NumberDcInstances = 0
-NumProcesses = 2
-"""
-
-
 async def test_kernel_mode_serves_sections_from_adf_ctl(
     tmp_path: Path, plugin_dir: Path, kubelet: KubeletStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "node"
-    for inst, address in ((0, "0000:3d:00.0"), (1, "0000:3f:00.0")):
-        (root / f"sys/bus/pci/drivers/c6xx/{address}/uio/uio{inst}").mkdir(parents=True)
-        (root / "etc").mkdir(exist_ok=True)
-        (root / f"etc/c6xx_dev{inst}.conf").write_text(CONFIG)
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "adf_ctl").write_text(STATUS)
-    (tools / "adf_ctl").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}:{Path(sys.executable).parent}:/usr/bin:/bin")
-    resource = "qat.intel.com/cy1_dc0"
+    build_node(parse_node_spec(profile_text("qat-kernel"), "qat-kernel profile"), root)
+    adf_ctl_dir = root / ADF_CTL.lstrip("/").rsplit("/", 1)[0]
+    monkeypatch.setenv("PATH", f"{adf_ctl_dir}:{os.environ['PATH']}")
+    cy, dc = "qat.intel.com/cy1_dc0", "qat.intel.com/cy0_dc1"
     async with plugin_process(command(root, plugin_dir, "-mode", "kernel"), tmp_path / "qat.log") as plugin:
-        await kubelet.wait_for(lambda: len(kubelet.resources().get(resource, {})) == 2)
-        response = await kubelet.allocate(resource, ["SSL_dev0_1"])
-        assert dict(response.envs) == {"QAT_SECTION_NAME_cy1_dc0_0": "SSL", "QAT_SECTION_NAME": "SSL"}
-        assert {d.container_path for d in response.devices} >= {"/dev/qat_adf_ctl", "/dev/uio0", "/dev/uio1"}
+        await kubelet.wait_for(
+            lambda: len(kubelet.resources().get(cy, {})) == 4 and len(kubelet.resources().get(dc, {})) == 4
+        )
+        assert sorted(kubelet.resources()[dc]) == ["DC_dev0_0", "DC_dev0_1", "DC_dev1_0", "DC_dev1_1"]
+        response = await kubelet.allocate(cy, ["SSL_dev0_3", "SSL_dev0_1"])
+        assert dict(response.envs) == {
+            "QAT_SECTION_NAME_cy1_dc0_0": "SSL",
+            "QAT_SECTION_NAME_cy1_dc0_1": "SSL",
+            "QAT_SECTION_NAME": "SSL",
+        }
+        assert {d.container_path for d in response.devices} == {
+            "/dev/qat_adf_ctl", "/dev/qat_dev_processes", "/dev/usdm_drv", "/dev/uio0", "/dev/uio1"
+        }  # fmt: skip
         assert await plugin.terminate() == 0
 
 
