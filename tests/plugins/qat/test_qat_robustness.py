@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from intel_device_plugins.plugins.qat.discovery import resource_from_services
-from intel_device_plugins.plugins.qat.kernel import parse_adf_status, parse_device_config
+from intel_device_plugins.plugins.qat.kernel import (
+    SectionConfig,
+    build_kernel_tree,
+    merge_sections,
+    parse_adf_status,
+    parse_device_config,
+)
 
 RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -53,3 +59,31 @@ def test_device_config_never_raises(text: str) -> None:
     for config in sections.values():
         assert min(config.processes, config.cy, config.dc) >= 0
     assert all(problem.startswith("dev.conf") for problem in problems)
+
+
+SECTION = st.builds(
+    SectionConfig,
+    processes=st.integers(0, 4),
+    cy=st.integers(0, 2),
+    dc=st.integers(0, 2),
+    pinned=st.booleans(),
+)
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["SSL", "DC", "SHIM"]), SECTION, max_size=3), max_size=4))
+def test_kernel_tree_advertises_each_process_once_with_unique_ids(
+    devices: list[dict[str, SectionConfig]],
+) -> None:
+    per_device = [(f"dev{index}", sections) for index, sections in enumerate(devices)]
+    merged, _ = merge_sections(per_device)
+    tree = build_kernel_tree(merged, [])
+    expected = sum(
+        endpoint.processes
+        for section in merged
+        for endpoint in (section.endpoints if section.pinned else section.endpoints[:1])
+    )
+    ids = [device_id for resource in tree.values() for device_id in resource]
+    assert len(ids) == len(set(ids)) == expected
+    counters = [key for resource in tree.values() for info in resource.values() for key in info.envs]
+    numbered = [key for key in counters if key != "QAT_SECTION_NAME"]
+    assert len(numbered) == len(set(numbered)) == expected
