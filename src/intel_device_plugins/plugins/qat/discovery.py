@@ -223,7 +223,7 @@ def find_vfs(paths: QatPaths, config: DpdkConfig, memo: StaticMemo | None = None
                     memo.device_ids[target.name] = device_id
                 vfs.append(VirtualFunction(target.name, target, device_id or "", pf))
     if not vfs and not _any_pf(paths, config):
-        vfs, vm_problems = _find_vfs_without_pf(paths, config)
+        vfs, vm_problems = _find_vfs_without_pf(paths, config, memo)
         problems.extend(vm_problems)
     return Discovery(tuple(vfs[: config.max_devices]), tuple(problems))
 
@@ -232,17 +232,20 @@ def _any_pf(paths: QatPaths, config: DpdkConfig) -> bool:
     return any(_pci_entries(paths.drivers / pf_driver_of(driver)) for driver in config.kernel_vf_drivers)
 
 
-def _find_vfs_without_pf(paths: QatPaths, config: DpdkConfig) -> tuple[list[VirtualFunction], list[str]]:
+def _find_vfs_without_pf(
+    paths: QatPaths, config: DpdkConfig, memo: StaticMemo
+) -> tuple[list[VirtualFunction], list[str]]:
     """Inside a VM the PFs are absent; QAT VFs are recognised by their PCI device ID."""
     enabled = set(config.kernel_vf_drivers)
     vfs: list[VirtualFunction] = []
     problems: list[str] = []
     for address in _pci_entries(paths.devices):
-        device_dir = Path(os.path.realpath(paths.devices / address))
-        device_id = _device_id(device_dir)
+        device_dir = _link_target(paths.devices / address) or paths.devices / address
+        device_id = memo.device_ids.get(address) or _device_id(device_dir)
         if device_id is None:
             problems.append(_problem(address, "cannot read the PCI device ID; skipped"))
             continue
+        memo.device_ids[address] = device_id
         if VF_DRIVER_OF_DEVICE.get(device_id) in enabled:
             vfs.append(VirtualFunction(address, device_id=device_id, sysfs_dir=device_dir))
     return vfs, problems

@@ -96,6 +96,7 @@ class QatDpdkPlugin:
                 settled[vf.address] = current
                 continue
             failures[vf.address] = self._bind(vf.address, current)
+        # Only the facts of the VFs just seen are kept (in a VM, other PCI functions are read anew).
         present = {vf.address for vf in found.vfs}
         self._memo.retain(present)
         for gone in [address for address in self._bind_failures if address not in present]:
