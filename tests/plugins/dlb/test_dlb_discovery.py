@@ -29,7 +29,7 @@ def test_a_pf_without_vfs_is_a_pf_device_named_by_its_node(tree: FakeTree) -> No
         "pf": {
             "/dev/dlb0": DeviceInfo(
                 health=Health.HEALTHY,
-                nodes=(DeviceNode(str(tree.root / "dev/dlb0"), "/dev/dlb0"),),
+                nodes=(DeviceNode(str(tree.root / "dev/dlb0"), str(tree.root / "dev/dlb0")),),
                 numa_nodes=(0,),
             )
         }

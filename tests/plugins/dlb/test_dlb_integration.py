@@ -69,7 +69,7 @@ async def test_pf_and_vf_resources_are_served_and_follow_hotplug(
 
         response = await kubelet.allocate(vf, ["/dev/dlb4"])
         assert [(d.host_path, d.container_path, d.permissions) for d in response.devices] == [
-            (str(root / "dev/dlb4"), "/dev/dlb4", "rw")
+            (str(root / "dev/dlb4"), str(root / "dev/dlb4"), "rw")
         ]
 
         # A kubelet restart deletes every socket; both resources come back registered.

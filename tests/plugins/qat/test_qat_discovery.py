@@ -49,26 +49,26 @@ def test_ids_are_vf_addresses_and_each_vf_gets_its_vfio_group(tree: FakeTree) ->
     first = devices[pf.vfs[0]]
     root = str(tree.root)
     assert first.nodes == (
-        DeviceNode(f"{root}/dev/vfio/0", "/dev/vfio/0"),
-        DeviceNode(f"{root}/dev/vfio/vfio", "/dev/vfio/vfio"),
+        DeviceNode(f"{root}/dev/vfio/0", f"{root}/dev/vfio/0"),
+        DeviceNode(f"{root}/dev/vfio/vfio", f"{root}/dev/vfio/vfio"),
     )
-    assert devices[pf.vfs[1]].nodes[0].container_path == "/dev/vfio/1"
+    assert devices[pf.vfs[1]].nodes[0].container_path == f"{root}/dev/vfio/1"
     assert first.health is Health.HEALTHY
 
 
 def test_noiommu_groups_use_the_noiommu_node(tree: FakeTree) -> None:
     pf = add_pf(tree, vfs=1, iommu="noiommu")
     info = scan(tree).tree["cy"][pf.vfs[0]]
-    assert info.nodes[0].container_path == "/dev/vfio/noiommu-0"
+    assert info.nodes[0].container_path == f"{tree.root}/dev/vfio/noiommu-0"
 
 
 def test_igb_uio_gives_the_uio_node_and_a_writable_sysfs_mount(tree: FakeTree) -> None:
     pf = add_pf(tree, vfs=1, vf_driver=IGB_UIO)
     info = scan(tree, DpdkConfig(dpdk_driver=IGB_UIO)).tree["cy"][pf.vfs[0]]
     root = str(tree.root)
-    assert info.nodes == (DeviceNode(f"{root}/dev/uio0", "/dev/uio0"),)
+    assert info.nodes == (DeviceNode(f"{root}/dev/uio0", f"{root}/dev/uio0"),)
     assert info.mounts == (
-        Mount(f"{root}/sys/class/uio/uio0/device", "/sys/class/uio/uio0/device", read_only=False),
+        Mount(f"{root}/sys/class/uio/uio0/device", f"{root}/sys/class/uio/uio0/device", read_only=False),
     )
 
 

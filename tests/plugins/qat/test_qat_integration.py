@@ -85,7 +85,9 @@ async def test_dpdk_mode_serves_allocates_and_reports_health(
         first, second = response.container_responses
         assert dict(first.envs) == {"QAT0": chosen[0], "QAT1": chosen[1]}
         assert dict(second.envs) == {"QAT0": "0000:10:00.3"}
-        assert {d.container_path for d in first.devices} == {"/dev/vfio/0", "/dev/vfio/4", "/dev/vfio/vfio"}
+        assert {d.container_path for d in first.devices} == {
+            f"{root}/dev/vfio/{n}" for n in ("0", "4", "vfio")
+        }
         assert kubelet.resources()[cy][chosen[0]].numa_nodes == (0,)
 
         with pytest.raises(grpc.aio.AioRpcError) as rejected:
@@ -126,8 +128,8 @@ async def test_kernel_mode_serves_sections_from_adf_ctl(
             "QAT_SECTION_NAME": "SSL",
         }
         assert {d.container_path for d in response.devices} == {
-            "/dev/qat_adf_ctl", "/dev/qat_dev_processes", "/dev/usdm_drv", "/dev/uio0", "/dev/uio1"
-        }  # fmt: skip
+            f"{root}/dev/{name}" for name in ("qat_adf_ctl", "qat_dev_processes", "usdm_drv", "uio0", "uio1")
+        }
         assert await plugin.terminate() == 0
 
 

@@ -181,11 +181,11 @@ def test_tree_has_one_id_per_process_and_unpinned_sections_on_the_first_device(t
     assert info.envs["QAT_SECTION_NAME"] == "SSL"
     root = str(tree.root)
     assert info.nodes == (
-        DeviceNode(f"{root}/dev/qat_adf_ctl", "/dev/qat_adf_ctl"),
-        DeviceNode(f"{root}/dev/qat_dev_processes", "/dev/qat_dev_processes"),
-        DeviceNode(f"{root}/dev/usdm_drv", "/dev/usdm_drv"),
-        DeviceNode(f"{root}/dev/uio0", "/dev/uio0"),
-        DeviceNode(f"{root}/dev/uio1", "/dev/uio1"),
+        DeviceNode(f"{root}/dev/qat_adf_ctl", f"{root}/dev/qat_adf_ctl"),
+        DeviceNode(f"{root}/dev/qat_dev_processes", f"{root}/dev/qat_dev_processes"),
+        DeviceNode(f"{root}/dev/usdm_drv", f"{root}/dev/usdm_drv"),
+        DeviceNode(f"{root}/dev/uio0", f"{root}/dev/uio0"),
+        DeviceNode(f"{root}/dev/uio1", f"{root}/dev/uio1"),
     )
     assert result.problems == ()
 

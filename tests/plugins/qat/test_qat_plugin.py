@@ -132,7 +132,7 @@ def test_hooks_use_the_configured_policy_and_renumber_per_container(tree: FakeTr
 def test_static_facts_are_read_again_after_a_vf_disappears(tree: FakeTree) -> None:
     pf = add_pf(tree, vfs=2)
     plugin = QatDpdkPlugin(QatPaths(tree.root), DpdkConfig())
-    assert plugin.scan()["cy"][pf.vfs[0]].nodes[0].container_path == "/dev/vfio/0"
+    assert plugin.scan()["cy"][pf.vfs[0]].nodes[0].container_path == f"{tree.root}/dev/vfio/0"
     pf_sysfs = tree.sysfs_of(pf.address)
     link = tree.path(f"{pf_sysfs}/virtfn0")
     target = link.readlink()
@@ -141,4 +141,4 @@ def test_static_facts_are_read_again_after_a_vf_disappears(tree: FakeTree) -> No
     # The VF comes back in another IOMMU group (as after re-creating the VFs).
     tree.link(f"{tree.sysfs_of(pf.vfs[0])}/iommu_group", "/sys/kernel/iommu_groups/1")
     link.symlink_to(target)
-    assert plugin.scan()["cy"][pf.vfs[0]].nodes[0].container_path == "/dev/vfio/1"
+    assert plugin.scan()["cy"][pf.vfs[0]].nodes[0].container_path == f"{tree.root}/dev/vfio/1"

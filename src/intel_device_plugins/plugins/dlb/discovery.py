@@ -96,6 +96,6 @@ def scan_dlb(root: Path, numa_of: NumaLookup | None = None) -> DlbScan:
             numa = ()
         container_path = f"/dev/{name}"
         tree[resource][container_path] = DeviceInfo(
-            nodes=(DeviceNode(f"{prefix}{container_path}", container_path),), numa_nodes=numa
+            nodes=(DeviceNode(f"{prefix}{container_path}", f"{prefix}{container_path}"),), numa_nodes=numa
         )
     return DlbScan({resource: devices for resource, devices in tree.items() if devices}, tuple(problems))

@@ -380,8 +380,8 @@ def vfio_device(vf: VirtualFunction, paths: QatPaths, memo: StaticMemo | None = 
             memo.groups[vf.address] = group
     return DpdkDevice(
         nodes=(
-            DeviceNode(paths.host(f"/dev/vfio/{group}"), f"/dev/vfio/{group}"),
-            DeviceNode(paths.host("/dev/vfio/vfio"), "/dev/vfio/vfio"),
+            DeviceNode(paths.host(f"/dev/vfio/{group}"), paths.host(f"/dev/vfio/{group}")),
+            DeviceNode(paths.host("/dev/vfio/vfio"), paths.host("/dev/vfio/vfio")),
         )
     )
 
@@ -395,8 +395,8 @@ def uio_device(vf: VirtualFunction, paths: QatPaths) -> DpdkDevice:
     uio = entries[0]
     sys_path = f"/sys/class/uio/{uio}/device"
     return DpdkDevice(
-        nodes=(DeviceNode(paths.host(f"/dev/{uio}"), f"/dev/{uio}"),),
-        mounts=(Mount(paths.host(sys_path), sys_path, read_only=False),),
+        nodes=(DeviceNode(paths.host(f"/dev/{uio}"), paths.host(f"/dev/{uio}")),),
+        mounts=(Mount(paths.host(sys_path), paths.host(sys_path), read_only=False),),
     )
 
 

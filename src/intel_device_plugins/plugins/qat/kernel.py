@@ -314,7 +314,7 @@ def scan_kernel(paths: KernelPaths, status_output: str) -> KernelScan:
     """
     report = parse_adf_status(status_output)
     problems = list(report.problems)
-    nodes = [DeviceNode(paths.host(node), node) for node in COMMON_NODES]
+    nodes = [DeviceNode(paths.host(node), paths.host(node)) for node in COMMON_NODES]
     per_device: list[tuple[str, Mapping[str, SectionConfig]]] = []
     for device in usable_devices(report.devices, iommu_enabled(paths)):
         uio = sysfs.list_dir(paths.uio_dir(device))
@@ -336,7 +336,7 @@ def scan_kernel(paths: KernelPaths, status_output: str) -> KernelScan:
         sections, config_problems = parse_device_config(text, str(config_path))
         problems.extend(config_problems)
         per_device.append((device.id, sections))
-        nodes.extend(DeviceNode(paths.host(f"/dev/{name}"), f"/dev/{name}") for name in uio)
+        nodes.extend(DeviceNode(paths.host(f"/dev/{name}"), paths.host(f"/dev/{name}")) for name in uio)
     merged, merge_problems = merge_sections(per_device)
     problems.extend(merge_problems)
     return KernelScan(build_kernel_tree(merged, nodes), tuple(problems))
