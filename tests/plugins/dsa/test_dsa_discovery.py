@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.deviceplugin.model import DeviceNode, Health
+from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.plugins.idxd.discovery import DSA, IAA, scan_work_queues
-from intel_device_plugins.plugins.idxd.plugin import MemoisedNuma
 from intel_device_plugins.sim import idxd
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
@@ -175,7 +175,7 @@ def test_iaa_sees_only_iax_devices(tmp_path: Path) -> None:
 
 def test_numa_memo_follows_the_device_directory_identity(tmp_path: Path) -> None:
     tree = node(tmp_path, "[[dsa]]\nwqs = 1\nnuma_node = 1\n")
-    memo = MemoisedNuma(str(tmp_path))
+    memo = NumaCache(tmp_path)
     device_dir = str(tmp_path / "sys/bus/dsa/devices/dsa0")
     pci_dir = tree.sysfs_of("0000:10:00.0")
     assert memo(device_dir) == (1,)

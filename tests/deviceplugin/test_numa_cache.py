@@ -1,4 +1,4 @@
-"""The NUMA cache the QAT and DLB scans use to keep a scan cheap."""
+"""The NUMA cache plugins with many devices use to keep a scan cheap."""
 
 from __future__ import annotations
 
