@@ -15,7 +15,15 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     assert "gpu.intel.com/i915" in output and "card0-0" in output
     assert "intel.cdi.k8s.io/gpu=card" in output
     assert "Hot-plugged card8" in output and "Hot-unplugged card8" in output
-    assert "sockets left behind: none" in output
+    assert "Sockets left behind: none" in output
+    for resource in (
+        "qat.intel.com/cy",
+        "dsa.intel.com/wq-user-shared",
+        "sgx.intel.com/enclave",
+        "npu.intel.com/accel",
+    ):
+        assert resource in output
+    assert "env QAT0=" in output
 
 
 def test_demo_on_a_custom_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

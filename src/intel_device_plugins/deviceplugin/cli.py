@@ -25,7 +25,19 @@ DEFAULT_SCAN_INTERVAL = 1.0
 
 
 class PluginArgumentParser(argparse.ArgumentParser):
-    """An argument parser whose long flags work with one or two dashes."""
+    """An argument parser whose long flags work with one or two dashes.
+
+    Abbreviations are refused (``-shared 2`` is an error, as with Go's flag package): an abbreviation
+    that works today silently changes meaning when a flag is added tomorrow.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        # argparse in Python 3.11 still matches single-dash prefixes with allow_abbrev=False.
+        return []
 
     def add_flag(self, name: str, **kwargs: Any) -> argparse.Action:
         return self.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)

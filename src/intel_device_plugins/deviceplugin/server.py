@@ -138,6 +138,12 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self._stopping = False
         self._last_problem = ""
         self._cdi_written: dict[str, tuple[CdiDevice, Path]] = {}
+        # Hooks resolved once: an isinstance check against a runtime-checkable Protocol walks its
+        # members every time, which cost about as much as the rest of an Allocate call.
+        self._allocator = plugin if isinstance(plugin, Allocator) else None
+        self._post_allocator = plugin if isinstance(plugin, PostAllocator) else None
+        self._preferred_allocator = plugin if isinstance(plugin, PreferredAllocator) else None
+        self._pre_starter = plugin if isinstance(plugin, PreStarter) else None
         self.registrations = 0
         """How many times this resource registered with a kubelet (observability and tests)."""
 
@@ -255,8 +261,8 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
 
     def _options(self) -> pb.DevicePluginOptions:
         return pb.DevicePluginOptions(
-            pre_start_required=isinstance(self.plugin, PreStarter),
-            get_preferred_allocation_available=isinstance(self.plugin, PreferredAllocator),
+            pre_start_required=self._pre_starter is not None,
+            get_preferred_allocation_available=self._preferred_allocator is not None,
         )
 
     async def GetDevicePluginOptions(
@@ -305,13 +311,13 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
 
     def allocate_container(self, devices: DeviceMap, ids: Sequence[str]) -> ContainerAllocation:
         """The plugin's own allocation if it has one, else the default plus its post-allocation hook."""
-        if isinstance(self.plugin, Allocator):
-            custom = self.plugin.allocate(self.resource, devices, ids)
+        if self._allocator is not None:
+            custom = self._allocator.allocate(self.resource, devices, ids)
             if custom is not None:
                 return custom
         allocation = default_allocation(devices, list(ids))
-        if isinstance(self.plugin, PostAllocator):
-            allocation = self.plugin.post_allocate(self.resource, devices, ids, allocation)
+        if self._post_allocator is not None:
+            allocation = self._post_allocator.post_allocate(self.resource, devices, ids, allocation)
         return allocation
 
     def _write_cdi_specs(self, devices: DeviceMap, ids: Sequence[str]) -> None:
@@ -360,10 +366,12 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
 
         An error here would make the kubelet reject the pod, so this never raises.
         """
-        if not isinstance(self.plugin, PreferredAllocator):
+        if self._preferred_allocator is None:
             return list(fallback_choice(available, must_include, size))
         try:
-            answer = list(self.plugin.preferred_allocation(self.resource, available, must_include, size))
+            answer = list(
+                self._preferred_allocator.preferred_allocation(self.resource, available, must_include, size)
+            )
         except Exception as error:
             log.warning(
                 "%s: preferred allocation policy failed (%s); using fallback", self.resource_name, error
@@ -379,9 +387,9 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         request: pb.PreStartContainerRequest,
         context: grpc.aio.ServicerContext[pb.PreStartContainerRequest, pb.PreStartContainerResponse],
     ) -> pb.PreStartContainerResponse:
-        if isinstance(self.plugin, PreStarter):
+        if self._pre_starter is not None:
             try:
-                self.plugin.pre_start(self.resource, list(request.devices_ids))
+                self._pre_starter.pre_start(self.resource, list(request.devices_ids))
             except Exception as error:
                 log.warning("%s: PreStartContainer failed: %s", self.resource_name, error)
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))

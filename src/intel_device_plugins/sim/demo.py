@@ -1,4 +1,4 @@
-"""The simulated-node demo: a plugin process, a kubelet stand-in, an allocation and a hot-plug.
+"""The simulated-node demo: plugin processes, a kubelet stand-in, allocations and a hot-plug.
 
 Runs with no hardware and no privileges: everything lives in a temporary directory.
 """
@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from intel_device_plugins.sim import gpu
+from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import NodeSpec, build_node, load_node_spec, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
@@ -26,14 +29,19 @@ def _say(text: str = "") -> None:
 
 
 def _table(kubelet: KubeletStandIn) -> str:
-    rows = [("RESOURCE", "DEVICE", "HEALTH", "NUMA")]
+    """One row per resource: how many devices, how many healthy, on which NUMA nodes, some IDs."""
+    rows = [("RESOURCE", "DEVICES", "HEALTHY", "NUMA", "IDS")]
     for resource, devices in sorted(kubelet.resources().items()):
-        for device in sorted(devices.values(), key=lambda d: d.id):
-            numa = ",".join(map(str, device.numa_nodes)) or "-"
-            rows.append((resource, device.id, device.health, numa))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        ids = sorted(devices)
+        healthy = sum(1 for device in devices.values() if device.health == "Healthy")
+        numa = (
+            ",".join(map(str, sorted({n for device in devices.values() for n in device.numa_nodes}))) or "-"
+        )
+        shown = ", ".join(ids[:3]) + (f", … (+{len(ids) - 3})" if len(ids) > 3 else "")
+        rows.append((resource, str(len(ids)), str(healthy), numa, shown))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
     )
 
 
@@ -62,14 +70,104 @@ def _expected_gpu_resources(spec: NodeSpec) -> list[str]:
     )
 
 
+# Simulator kind → (combined-process kind, resource namespace). GPUs run as their own process.
+OTHER_KINDS = {
+    "qat": ("qat", "qat.intel.com"),
+    "dsa": ("dsa", "dsa.intel.com"),
+    "iaa": ("iaa", "iaa.intel.com"),
+    "dlb": ("dlb", "dlb.intel.com"),
+    "npu": ("npu", "npu.intel.com"),
+    "sgx": ("sgx", "sgx.intel.com"),
+}
+
+
 def _all_advertised(kubelet: KubeletStandIn, resources: Sequence[str]) -> bool:
     advertised = kubelet.resources()
     return all(advertised.get(resource) for resource in resources)
 
 
+def _namespaces_advertised(kubelet: KubeletStandIn, namespaces: Sequence[str]) -> bool:
+    present = {name.split("/")[0] for name, devices in kubelet.resources().items() if devices}
+    return set(namespaces) <= present
+
+
 def _counts(kubelet: KubeletStandIn, resource: str) -> tuple[int, int]:
     devices = kubelet.resources().get(resource, {})
     return len(devices), kubelet.allocatable(resource)
+
+
+def _one_line(response: pb.ContainerAllocateResponse, root: Path) -> str:
+    parts = []
+    if response.devices:
+        parts.append("devices " + ", ".join(d.container_path for d in response.devices))
+    if response.mounts:
+        parts.append("mounts " + ", ".join(m.container_path for m in response.mounts))
+    if response.envs:
+        parts.append("env " + ", ".join(f"{k}={v}" for k, v in sorted(response.envs.items())))
+    if response.cdi_devices:
+        parts.append("CDI " + ", ".join(c.name for c in response.cdi_devices))
+    return "; ".join(parts).replace(str(root), "$NODE") or "(nothing)"
+
+
+@dataclass(frozen=True)
+class DemoNode:
+    spec: NodeSpec
+    tree: FakeTree
+    workdir: Path
+
+    @property
+    def root(self) -> Path:
+        return self.tree.root
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.workdir / "dp"
+
+    def common_flags(self) -> list[str]:
+        return [
+            "-prefix", str(self.root),
+            "-device-plugin-dir", str(self.plugin_dir),
+            "-cdi-dir", str(self.workdir / "cdi"),
+        ]  # fmt: skip
+
+
+async def _gpu_scene(node: DemoNode, kubelet: KubeletStandIn, expected: Sequence[str]) -> None:
+    resource = expected[0]
+    available = sorted(kubelet.resources()[resource])
+    chosen = await kubelet.preferred(resource, available, [], 2)
+    _say(f"\nA container asks for 2 x {resource}; the balanced policy prefers {chosen}")
+    response = await kubelet.allocate(resource, chosen)
+    _say(f"The container gets ($NODE = {node.root}):\n" + _describe(response, node.root))
+
+
+async def _other_kinds_scene(node: DemoNode, kubelet: KubeletStandIn, namespaces: Sequence[str]) -> None:
+    _say("\nOne container per other resource, one device each:")
+    for resource, devices in sorted(kubelet.resources().items()):
+        if resource.split("/")[0] not in namespaces:
+            continue
+        healthy = sorted(d.id for d in devices.values() if d.health == "Healthy")
+        if not healthy:
+            _say(f"  {resource}: no healthy device to allocate")
+            continue
+        response = await kubelet.allocate(resource, healthy[:1])
+        _say(f"  {resource} [{healthy[0]}]: {_one_line(response, node.root)}")
+
+
+async def _hotplug_scene(node: DemoNode, kubelet: KubeletStandIn, resource: str) -> None:
+    driver = resource.split("/")[1]
+    before = _counts(kubelet, resource)
+    plugged_at = time.monotonic()
+    card = gpu.add_card(node.tree, driver=driver, numa_node=0)
+    await kubelet.wait_for(lambda: _counts(kubelet, resource)[0] > before[0], timeout=10)
+    _say(
+        f"\nHot-plugged card{card.index} ({driver}, {card.address}): {resource} went from "
+        f"{before[0]} to {_counts(kubelet, resource)[0]} devices in {time.monotonic() - plugged_at:.2f} s"
+    )
+    unplugged_at = time.monotonic()
+    gpu.remove_card(node.tree, card.index)
+    await kubelet.wait_for(lambda: _counts(kubelet, resource) == before, timeout=10)
+    elapsed = time.monotonic() - unplugged_at
+    _say(f"Hot-unplugged card{card.index}: back to {before[0]} devices in {elapsed:.2f} s")
 
 
 async def run_demo(workdir: Path, node_file: Path | None) -> int:
@@ -78,64 +176,58 @@ async def run_demo(workdir: Path, node_file: Path | None) -> int:
         if node_file
         else parse_node_spec(profile_text("default"), "default profile")
     )
-    root = workdir / "node"
-    plugin_dir = workdir / "dp"
-    tree = build_node(spec, root)
-    _say(f"Simulated node {spec.name!r} built under {root}")
+    node = DemoNode(spec, build_node(spec, workdir / "node"), workdir)
+    _say(f"Simulated node {spec.name!r} built under {node.root}")
     _say("Kubelet: the built-in stand-in (device plugin API v1beta1 over unix sockets)")
-    expected = _expected_gpu_resources(spec)
-    if not expected:
-        _say("The node has no GPUs; nothing to demonstrate.")
+    gpu_resources = _expected_gpu_resources(spec)
+    others = [OTHER_KINDS[kind] for kind in spec.devices if kind in OTHER_KINDS]
+    if not gpu_resources and not others:
+        _say("The node has no devices the demo knows; nothing to demonstrate.")
         return 1
-    resource = expected[0]
-    driver = resource.split("/")[1]
-    command = [
-        console_script("intel_gpu_device_plugin"),
-        "-prefix", str(root),
-        "-device-plugin-dir", str(plugin_dir),
-        "-cdi-dir", str(workdir / "cdi"),
-        "-shared-dev-num", "2",
-        "-allocation-policy", "balanced",
-        "-enable-monitoring",
-    ]  # fmt: skip
-    async with KubeletStandIn(plugin_dir) as kubelet:
+    commands: dict[str, list[str]] = {}
+    if gpu_resources:
+        commands["GPU plugin"] = [
+            console_script("intel_gpu_device_plugin"), *node.common_flags(),
+            "-shared-dev-num", "2", "-allocation-policy", "balanced", "-enable-monitoring",
+        ]  # fmt: skip
+    if others:
+        commands["combined plugin (" + ", ".join(kind for kind, _ in others) + ")"] = [
+            console_script("intel_device_plugins"), *node.common_flags(),
+            *(word for kind, _ in others for word in ("--plugin", kind)),
+        ]  # fmt: skip
+    namespaces = [namespace for _, namespace in others]
+    async with KubeletStandIn(node.plugin_dir) as kubelet, contextlib.AsyncExitStack() as stack:
         started = time.monotonic()
-        async with plugin_process(command, workdir / "gpu-plugin.log") as plugin:
-            try:
-                await kubelet.wait_for(lambda: _all_advertised(kubelet, expected), timeout=15)
-            except TimeoutError:
-                _say("The GPU plugin did not register in time; its log:\n" + plugin.log_text())
-                return 1
-            elapsed = time.monotonic() - started
-            _say(f"GPU plugin registered {len(kubelet.resources())} resources in {elapsed:.2f} s\n")
-            _say(_table(kubelet))
-
-            available = sorted(kubelet.resources()[resource])
-            chosen = await kubelet.preferred(resource, available, [], 2)
-            _say(f"\nA container asks for 2 x {resource}; balanced policy prefers {chosen}")
-            response = await kubelet.allocate(resource, chosen)
-            _say(f"The container gets ($NODE = {root}):\n" + _describe(response, root))
-
-            before = _counts(kubelet, resource)
-            plugged_at = time.monotonic()
-            card = gpu.add_card(tree, driver=driver, numa_node=0)
-            await kubelet.wait_for(lambda: _counts(kubelet, resource)[0] > before[0], timeout=10)
-            _say(
-                f"\nHot-plugged card{card.index} ({driver}, {card.address}): {resource} went from "
-                f"{before[0]} to {_counts(kubelet, resource)[0]} devices "
-                f"in {time.monotonic() - plugged_at:.2f} s"
+        processes = {
+            name: await stack.enter_async_context(plugin_process(argv, workdir / f"plugin-{index}.log"))
+            for index, (name, argv) in enumerate(commands.items())
+        }
+        _say("Started: " + ", ".join(processes))
+        try:
+            await kubelet.wait_for(
+                lambda: (
+                    _all_advertised(kubelet, gpu_resources) and _namespaces_advertised(kubelet, namespaces)
+                ),
+                timeout=20,
             )
-            unplugged_at = time.monotonic()
-            gpu.remove_card(tree, card.index)
-            await kubelet.wait_for(lambda: _counts(kubelet, resource) == before, timeout=10)
-            _say(
-                f"Hot-unplugged card{card.index}: back to {before[0]} devices in "
-                f"{time.monotonic() - unplugged_at:.2f} s"
-            )
-            code = await plugin.terminate()
-        leftovers = sorted(p.name for p in plugin_dir.glob("*.sock") if p.name != "kubelet.sock")
-        _say(f"\nPlugin stopped with exit code {code}; sockets left behind: {leftovers or 'none'}")
-        return 0 if code == 0 and not leftovers else 1
+        except TimeoutError:
+            for name, process in processes.items():
+                _say(f"--- {name} log:\n{process.log_text()}")
+            _say("Not every plugin registered in time.")
+            return 1
+        _say(f"{len(kubelet.resources())} resources registered in {time.monotonic() - started:.2f} s\n")
+        _say(_table(kubelet))
+        if gpu_resources:
+            await _gpu_scene(node, kubelet, gpu_resources)
+        if others:
+            await _other_kinds_scene(node, kubelet, namespaces)
+        if gpu_resources:
+            await _hotplug_scene(node, kubelet, gpu_resources[0])
+        codes = {name: await process.terminate() for name, process in processes.items()}
+    leftovers = sorted(p.name for p in node.plugin_dir.glob("*.sock") if p.name != "kubelet.sock")
+    _say("\n" + "; ".join(f"{name} exited with {code}" for name, code in codes.items()))
+    _say(f"Sockets left behind: {leftovers or 'none'}")
+    return 0 if not any(codes.values()) and not leftovers else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 For card N: ``/sys/class/drm/cardN`` → ``/sys/devices/pci…/<bdf>/drm/cardN``, the PCI function with
 vendor, device, driver link, NUMA node and SR-IOV files, the DRM minors ``cardN`` and ``renderD<128+N>``
-under ``/dev/dri``, ``/dev/dri/by-path`` links and, optionally, MEI nodes.
+under ``/dev/dri``, ``/dev/dri/by-path`` links and, optionally, MEI nodes. Tiles follow the driver:
+i915 has ``cardN/gt/gt<t>``, xe has ``<bdf>/tile<t>/gt<t>``.
 """
 
 from __future__ import annotations
@@ -54,12 +55,21 @@ def add_card(
     address: str | None = None,
     physfn: str | None = None,
     bind_driver: bool = True,
+    parent: str | None = None,
 ) -> SimulatedCard:
-    """Create one card (device nodes last, as udev does); returns its index and PCI address."""
+    """Create one card (device nodes last, as udev does); returns its index and PCI address.
+
+    ``parent`` is the sysfs directory of a bridge the card sits behind (default: its own root bus).
+    """
     index = _next_card_index(tree)
     address = address or tree.next_pci_address()
     function = tree.pci_function(
-        address, vendor=vendor, device=device_id, numa_node=numa_node, driver=driver if bind_driver else None
+        address,
+        vendor=vendor,
+        device=device_id,
+        numa_node=numa_node,
+        driver=driver if bind_driver else None,
+        parent=parent,
     )
     sysfs = "/" + str(function.sysfs_dir.relative_to(tree.root))
     render = 128 + index
@@ -68,7 +78,10 @@ def add_card(
     tree.mkdir(f"{sysfs}/drm/controlD{64 + index}")
     tree.link(f"{sysfs}/drm/card{index}/device", sysfs)
     for tile in range(tiles):
-        tree.mkdir(f"{sysfs}/drm/card{index}/gt/gt{tile}")
+        if driver == "xe":
+            tree.mkdir(f"{sysfs}/tile{tile}/gt{tile}")
+        else:
+            tree.mkdir(f"{sysfs}/drm/card{index}/gt/gt{tile}")
     if memory_bytes:
         tree.write(f"{sysfs}/drm/card{index}/lmem_total_bytes", f"{memory_bytes}\n")
     if physfn is not None:
@@ -89,6 +102,7 @@ def remove_card(tree: FakeTree, index: int) -> None:
     """Hot-unplug card ``index``: its device nodes, by-path links and sysfs entries disappear."""
     card_link = tree.path(f"/sys/class/drm/card{index}")
     address = card_link.resolve().parent.parent.name
+    sysfs = tree.sysfs_of(address)
     for entry in list(tree.path("/dev/dri/by-path").glob(f"pci-{address}-*")):
         entry.unlink()
     render = 128 + index
@@ -103,7 +117,7 @@ def remove_card(tree: FakeTree, index: int) -> None:
         tree.remove(absolute)
     for driver_dir in tree.path("/sys/bus/pci/drivers").glob("*"):
         tree.remove(f"/sys/bus/pci/drivers/{driver_dir.name}/{address}")
-    tree.remove(f"/sys/devices/pci{address[:7]}/{address}")
+    tree.remove(sysfs)
 
 
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:

@@ -24,12 +24,23 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from intel_device_plugins.sim import gpu
+from intel_device_plugins.sim import dlb, gpu, idxd, npu, qat, sgx
 from intel_device_plugins.sim.fakefs import FakeTree
 
 KindBuilder = Callable[[FakeTree, Sequence[Mapping[str, Any]]], None]
 
-BUILDERS: Mapping[str, KindBuilder] = MappingProxyType({"gpu": gpu.build})
+BUILDERS: Mapping[str, KindBuilder] = MappingProxyType(
+    {
+        "gpu": gpu.build,
+        "qat": qat.build,
+        "qat_kernel": qat.build_kernel,
+        "dlb": dlb.build,
+        "dsa": idxd.build_dsa,
+        "iaa": idxd.build_iaa,
+        "npu": npu.build,
+        "sgx": sgx.build,
+    }
+)
 """Device kind → builder. A new kind is one module in ``sim/`` plus one line here."""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ LABEL_NAMESPACE = "gpu.intel.com/"
 MAX_LABEL_VALUE = 63
 CONTINUATION_PREFIX = "Z"
 MAX_NUMA_NODE = 32767
+MAX_MEMORY = 2**63
+DECIMAL = re.compile(r"[0-9]+")
 
 
 class LabelingError(RuntimeError):
@@ -40,7 +43,7 @@ def split_at_last_alphanumeric(value: str, limit: int, prefix: str) -> list[str]
         room = limit if first else limit - len(prefix)
         window = rest[:room]
         if len(rest) > room:
-            cut = max((i for i, char in enumerate(window) if char.isalnum()), default=-1)
+            cut = max((i for i, char in enumerate(window) if _is_label_alphanumeric(char)), default=-1)
             if cut < 0:
                 return []
             window = window[: cut + 1]
@@ -48,6 +51,11 @@ def split_at_last_alphanumeric(value: str, limit: int, prefix: str) -> list[str]
         rest = rest[len(window) :]
         first = False
     return chunks
+
+
+def _is_label_alphanumeric(char: str) -> bool:
+    """``[A-Za-z0-9]``: where a label value may end (``str.isalnum`` also accepts e.g. ``é``)."""
+    return char.isascii() and char.isalnum()
 
 
 def _split_label(name: str, value: str) -> dict[str, str]:
@@ -78,10 +86,9 @@ def _memory(card_dir: Path, tiles: int, env: Mapping[str, str]) -> int:
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int:
-    try:
-        return int(env.get(name, "0"), 0)
-    except ValueError:
-        return 0
+    """A non-negative decimal count from the environment; anything else counts as 0 (as upstream)."""
+    value = env.get(name, "")
+    return int(value) if DECIMAL.fullmatch(value) else 0
 
 
 def _numa(card_dir: Path) -> int | None:
@@ -115,9 +122,12 @@ def _cards(drm_dir: Path, env: Mapping[str, str]) -> list[_LabelCard]:
     return cards
 
 
-def _pci_group_key(resolved: Path, level: int) -> str:
+def _pci_group_key(resolved: Path, level: int) -> str | None:
+    """The first ``level`` path components from the first ``pci*`` one; ``None`` if there are fewer."""
     parts = resolved.parts
     start = next((i for i, part in enumerate(parts) if part.startswith("pci")), len(parts))
+    if start + level > len(parts):
+        return None
     return "/".join(parts[start : start + level])
 
 
@@ -127,9 +137,10 @@ def gpu_labels(drm_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
     labels: dict[str, str] = {LABEL_NAMESPACE + "tiles": str(sum(card.tiles for card in cards))}
     if not cards:
         return labels
-    memory = sum(card.memory for card in cards)
-    if 0 <= memory < 2**63:
-        labels[LABEL_NAMESPACE + "memory.max"] = str(memory)
+    # A card whose reservation exceeds its memory is left out, as upstream does.
+    memories = [card.memory for card in cards if 0 <= card.memory < MAX_MEMORY]
+    if memories:
+        labels[LABEL_NAMESPACE + "memory.max"] = str(sum(memories))
     names = ".".join(card.name for card in cards)
     if len(names) > MAX_LABEL_VALUE:
         names = names[: names.rfind(".", 0, MAX_LABEL_VALUE + 1)]
@@ -149,9 +160,13 @@ def gpu_labels(drm_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
     if level > 0:
         groups: dict[str, list[int]] = {}
         for card in cards:
-            groups.setdefault(_pci_group_key(card.resolved, level), []).append(card.number)
-        value = "_".join(sorted(".".join(map(str, members)) for members in groups.values()))
-        labels.update(_split_label("pci-groups", value))
+            key = _pci_group_key(card.resolved, level)
+            if key is not None:
+                groups.setdefault(key, []).append(card.number)
+        # Groups in PCI path order, as upstream, so the label matches on the same hardware.
+        value = "_".join(".".join(map(str, groups[key])) for key in sorted(groups))
+        if value:
+            labels.update(_split_label("pci-groups", value))
     return labels
 
 

@@ -1,0 +1,38 @@
+"""The DLB plugin: discovery wired to the framework, with its problems logged once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from intel_device_plugins.deviceplugin.model import DeviceTree
+from intel_device_plugins.deviceplugin.numa_cache import NumaCache
+from intel_device_plugins.deviceplugin.problems import ProblemLog
+from intel_device_plugins.plugins.dlb.discovery import NAMESPACE, scan_dlb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DlbPlugin:
+    root: Path = Path("/")
+    problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
+    numa: NumaCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.numa = NumaCache(self.root)
+
+    @property
+    def namespace(self) -> str:
+        return NAMESPACE
+
+    def scan(self) -> DeviceTree:
+        result = scan_dlb(self.root, self.numa)
+        self.problems.report(result.problems)
+        return result.tree
+
+    def watch_paths(self) -> Sequence[Path]:
+        """``/dev/dlbN`` nodes appear and vanish with the devices; sysfs sends no such events."""
+        return (self.root / "dev",)
