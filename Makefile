@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit venv bootstrap bench protos
+.PHONY: demo test lint unit venv bootstrap bench bench-k8s protos k8s-bins
 
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -22,7 +22,12 @@ lint: venv
 	$(BIN)/ruff format --check src tests bench tools
 	$(BIN)/mypy
 
-unit: venv
+# Real Kubernetes binaries for tests/k8s, built from Go modules (cached under ~/.cache; a warm run
+# takes well under a second, a cold one about a quarter of an hour).
+k8s-bins:
+	test/k8s/build.sh >/dev/null
+
+unit: venv k8s-bins
 	$(BIN)/pytest -q
 
 test: lint unit
@@ -32,3 +37,7 @@ protos: venv
 
 bench: venv
 	$(BIN)/python bench/bench_gpu.py
+
+bench-k8s: venv k8s-bins
+	$(BIN)/python bench/bench_k8s_harness.py start --runs 3
+	$(BIN)/python bench/bench_k8s_harness.py rss --nodes 100 1000

@@ -9,6 +9,9 @@ import pytest
 
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 
+# Control plane, kwok nodes and the kubelet's real device manager, for any test folder.
+pytest_plugins = ["intel_device_plugins.k8stest.pytest_plugin"]
+
 
 @pytest.fixture
 def plugin_dir(tmp_path: Path) -> Path:
