@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 0
+    assert main(["--kubelet", "stand-in"]) == 0
     output = capsys.readouterr().out
     assert "gpu.intel.com/i915" in output and "card0-0" in output
     assert "intel.cdi.k8s.io/gpu=card" in output
@@ -29,7 +29,7 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
 def test_demo_on_a_custom_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     node = tmp_path / "node.toml"
     node.write_text('[node]\nnuma_nodes = 2\n[[gpu]]\ndriver = "xe"\ncount = 2\nnuma_node = 1\n')
-    assert main(["--node", str(node)]) == 0
+    assert main(["--node", str(node), "--kubelet", "stand-in"]) == 0
     output = capsys.readouterr().out
     assert "gpu.intel.com/xe" in output and "gpu.intel.com/i915" not in output
     assert "Hot-plugged card2 (xe" in output

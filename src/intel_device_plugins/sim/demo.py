@@ -15,10 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from intel_device_plugins.sim import gpu
 from intel_device_plugins.sim.fakefs import FakeTree
-from intel_device_plugins.sim.kubelet import KubeletStandIn
+from intel_device_plugins.sim.kubelets import (
+    ContainerView,
+    DemoKubelet,
+    DeviceManagerKubelet,
+    StandInKubelet,
+    device_manager_available,
+)
 from intel_device_plugins.sim.node import NodeSpec, build_node, load_node_spec, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
 from intel_device_plugins.sim.profiles import profile_text
@@ -28,7 +33,7 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _table(kubelet: KubeletStandIn) -> str:
+def _table(kubelet: DemoKubelet) -> str:
     """One row per resource: how many devices, how many healthy, on which NUMA nodes, some IDs."""
     rows = [("RESOURCE", "DEVICES", "HEALTHY", "NUMA", "IDS")]
     for resource, devices in sorted(kubelet.resources().items()):
@@ -45,20 +50,20 @@ def _table(kubelet: KubeletStandIn) -> str:
     )
 
 
-def _describe(response: pb.ContainerAllocateResponse, root: Path) -> str:
+def _describe(view: ContainerView, root: Path) -> str:
     """The container's view, with the simulated root shown as ``$NODE`` for readability."""
-    lines = ["  device nodes:"]
-    lines += [f"    {d.host_path} -> {d.container_path} ({d.permissions})" for d in response.devices] or [
-        "    (none)"
-    ]
-    lines.append("  mounts:")
-    lines += [
-        f"    {m.host_path} -> {m.container_path}{' (ro)' if m.read_only else ''}" for m in response.mounts
-    ] or ["    (none)"]
-    lines.append("  env:")
-    lines += [f"    {k}={v}" for k, v in sorted(response.envs.items())] or ["    (none)"]
-    lines.append("  CDI devices:")
-    lines += [f"    {c.name}" for c in response.cdi_devices] or ["    (none)"]
+    sections = {
+        "device nodes": [
+            f"{host} -> {container} ({permissions})" for host, container, permissions in view.devices
+        ],
+        "mounts": [f"{host} -> {container}{' (ro)' if ro else ''}" for host, container, ro in view.mounts],
+        "env": [f"{k}={v}" for k, v in sorted(view.envs.items())],
+        "CDI devices": list(view.cdi_devices),
+    }
+    lines = []
+    for title, items in sections.items():
+        lines.append(f"  {title}:")
+        lines += [f"    {item}" for item in items] or ["    (none)"]
     return "\n".join(lines).replace(str(root), "$NODE")
 
 
@@ -81,31 +86,31 @@ OTHER_KINDS = {
 }
 
 
-def _all_advertised(kubelet: KubeletStandIn, resources: Sequence[str]) -> bool:
+def _all_advertised(kubelet: DemoKubelet, resources: Sequence[str]) -> bool:
     advertised = kubelet.resources()
     return all(advertised.get(resource) for resource in resources)
 
 
-def _namespaces_advertised(kubelet: KubeletStandIn, namespaces: Sequence[str]) -> bool:
+def _namespaces_advertised(kubelet: DemoKubelet, namespaces: Sequence[str]) -> bool:
     present = {name.split("/")[0] for name, devices in kubelet.resources().items() if devices}
     return set(namespaces) <= present
 
 
-def _counts(kubelet: KubeletStandIn, resource: str) -> tuple[int, int]:
+def _counts(kubelet: DemoKubelet, resource: str) -> tuple[int, int]:
     devices = kubelet.resources().get(resource, {})
     return len(devices), kubelet.allocatable(resource)
 
 
-def _one_line(response: pb.ContainerAllocateResponse, root: Path) -> str:
+def _one_line(view: ContainerView, root: Path) -> str:
     parts = []
-    if response.devices:
-        parts.append("devices " + ", ".join(d.container_path for d in response.devices))
-    if response.mounts:
-        parts.append("mounts " + ", ".join(m.container_path for m in response.mounts))
-    if response.envs:
-        parts.append("env " + ", ".join(f"{k}={v}" for k, v in sorted(response.envs.items())))
-    if response.cdi_devices:
-        parts.append("CDI " + ", ".join(c.name for c in response.cdi_devices))
+    if view.devices:
+        parts.append("devices " + ", ".join(container for _, container, _ in view.devices))
+    if view.mounts:
+        parts.append("mounts " + ", ".join(container for _, container, _ in view.mounts))
+    if view.envs:
+        parts.append("env " + ", ".join(f"{k}={v}" for k, v in sorted(view.envs.items())))
+    if view.cdi_devices:
+        parts.append("CDI " + ", ".join(view.cdi_devices))
     return "; ".join(parts).replace(str(root), "$NODE") or "(nothing)"
 
 
@@ -131,16 +136,15 @@ class DemoNode:
         ]  # fmt: skip
 
 
-async def _gpu_scene(node: DemoNode, kubelet: KubeletStandIn, expected: Sequence[str]) -> None:
+async def _gpu_scene(node: DemoNode, kubelet: DemoKubelet, expected: Sequence[str]) -> None:
     resource = expected[0]
-    available = sorted(kubelet.resources()[resource])
-    chosen = await kubelet.preferred(resource, available, [], 2)
-    _say(f"\nA container asks for 2 x {resource}; the balanced policy prefers {chosen}")
-    response = await kubelet.allocate(resource, chosen)
-    _say(f"The container gets ($NODE = {node.root}):\n" + _describe(response, node.root))
+    view = await kubelet.run_container(resource, 2)
+    chosen = f": the balanced policy chose {list(view.chosen_ids)}" if view.chosen_ids else ""
+    _say(f"\nA container asks for 2 x {resource}{chosen}")
+    _say(f"The container gets ($NODE = {node.root}):\n" + _describe(view, node.root))
 
 
-async def _other_kinds_scene(node: DemoNode, kubelet: KubeletStandIn, namespaces: Sequence[str]) -> None:
+async def _other_kinds_scene(node: DemoNode, kubelet: DemoKubelet, namespaces: Sequence[str]) -> None:
     _say("\nOne container per other resource, one device each:")
     for resource, devices in sorted(kubelet.resources().items()):
         if resource.split("/")[0] not in namespaces:
@@ -149,11 +153,11 @@ async def _other_kinds_scene(node: DemoNode, kubelet: KubeletStandIn, namespaces
         if not healthy:
             _say(f"  {resource}: no healthy device to allocate")
             continue
-        response = await kubelet.allocate(resource, healthy[:1])
-        _say(f"  {resource} [{healthy[0]}]: {_one_line(response, node.root)}")
+        view = await kubelet.run_container(resource, 1)
+        _say(f"  {resource}: {_one_line(view, node.root)}")
 
 
-async def _hotplug_scene(node: DemoNode, kubelet: KubeletStandIn, resource: str) -> None:
+async def _hotplug_scene(node: DemoNode, kubelet: DemoKubelet, resource: str) -> None:
     driver = resource.split("/")[1]
     before = _counts(kubelet, resource)
     plugged_at = time.monotonic()
@@ -170,7 +174,18 @@ async def _hotplug_scene(node: DemoNode, kubelet: KubeletStandIn, resource: str)
     _say(f"Hot-unplugged card{card.index}: back to {before[0]} devices in {elapsed:.2f} s")
 
 
-async def run_demo(workdir: Path, node_file: Path | None) -> int:
+async def _start_kubelet(choice: str, node: DemoNode) -> DemoKubelet:
+    if choice == "auto":
+        available, reason = device_manager_available()
+        choice = "device-manager" if available else "stand-in"
+        if not available:
+            _say(f"(the kubelet's real device manager is not used: {reason})")
+    if choice == "device-manager":
+        return await DeviceManagerKubelet.start(node.plugin_dir, node.workdir)
+    return await StandInKubelet.start(node.plugin_dir)
+
+
+async def run_demo(workdir: Path, node_file: Path | None, kubelet_choice: str = "auto") -> int:
     spec = (
         load_node_spec(node_file)
         if node_file
@@ -178,7 +193,6 @@ async def run_demo(workdir: Path, node_file: Path | None) -> int:
     )
     node = DemoNode(spec, build_node(spec, workdir / "node"), workdir)
     _say(f"Simulated node {spec.name!r} built under {node.root}")
-    _say("Kubelet: the built-in stand-in (device plugin API v1beta1 over unix sockets)")
     gpu_resources = _expected_gpu_resources(spec)
     others = [OTHER_KINDS[kind] for kind in spec.devices if kind in OTHER_KINDS]
     if not gpu_resources and not others:
@@ -196,7 +210,10 @@ async def run_demo(workdir: Path, node_file: Path | None) -> int:
             *(word for kind, _ in others for word in ("--plugin", kind)),
         ]  # fmt: skip
     namespaces = [namespace for _, namespace in others]
-    async with KubeletStandIn(node.plugin_dir) as kubelet, contextlib.AsyncExitStack() as stack:
+    kubelet = await _start_kubelet(kubelet_choice, node)
+    _say(f"Kubelet: {kubelet.description}")
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(kubelet.stop)
         started = time.monotonic()
         processes = {
             name: await stack.enter_async_context(plugin_process(argv, workdir / f"plugin-{index}.log"))
@@ -233,9 +250,15 @@ async def run_demo(workdir: Path, node_file: Path | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="intel-device-plugins-demo", description=__doc__)
     parser.add_argument("--node", type=Path, help="node description (TOML); default: the bundled demo node")
+    parser.add_argument(
+        "--kubelet",
+        choices=("auto", "stand-in", "device-manager"),
+        default="auto",
+        help="the kubelet to run against; auto: the real device manager when it is built and usable",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="idp-demo-") as workdir:
-        return asyncio.run(run_demo(Path(workdir), args.node))
+        return asyncio.run(run_demo(Path(workdir), args.node, args.kubelet))
 
 
 if __name__ == "__main__":

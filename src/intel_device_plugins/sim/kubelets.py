@@ -1,0 +1,150 @@
+"""The two kubelets the demo can run against, behind one small interface.
+
+- the built-in stand-in (``sim/kubelet.py``): always available, no privileges;
+- the kubelet's own device manager from Kubernetes, built by ``test/k8s/build.sh`` and run in a
+  private mount namespace (needs root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from intel_device_plugins.k8stest.binaries import find_binaries
+from intel_device_plugins.k8stest.devicemanager import DeviceManagerHarness, pod_manifest
+from intel_device_plugins.sim.kubelet import AdvertisedDevice, KubeletStandIn
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """What a container is given: (host, container, permissions) nodes, (host, container, ro) mounts."""
+
+    devices: tuple[tuple[str, str, str], ...]
+    mounts: tuple[tuple[str, str, bool], ...]
+    envs: Mapping[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
+    chosen_ids: tuple[str, ...] = ()
+    """The device IDs, when the kubelet tells them (the stand-in does)."""
+
+
+class DemoKubelet(Protocol):
+    description: str
+
+    def resources(self) -> dict[str, dict[str, AdvertisedDevice]]: ...
+
+    def allocatable(self, resource: str) -> int: ...
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float = 5.0) -> None: ...
+
+    async def run_container(self, resource: str, count: int) -> ContainerView: ...
+
+    async def stop(self) -> None: ...
+
+
+def _view(response: pb.ContainerAllocateResponse, ids: tuple[str, ...]) -> ContainerView:
+    return ContainerView(
+        devices=tuple((d.host_path, d.container_path, d.permissions) for d in response.devices),
+        mounts=tuple((m.host_path, m.container_path, m.read_only) for m in response.mounts),
+        envs=dict(response.envs),
+        cdi_devices=tuple(c.name for c in response.cdi_devices),
+        chosen_ids=ids,
+    )
+
+
+class StandInKubelet:
+    """The built-in stand-in, choosing devices the way the kubelet does (asking the plugin first)."""
+
+    description = "the built-in stand-in (device plugin API v1beta1 over unix sockets)"
+
+    def __init__(self, stand_in: KubeletStandIn) -> None:
+        self._stand_in = stand_in
+
+    @classmethod
+    async def start(cls, device_plugin_dir: Path) -> StandInKubelet:
+        stand_in = KubeletStandIn(device_plugin_dir)
+        await stand_in.start()
+        return cls(stand_in)
+
+    def resources(self) -> dict[str, dict[str, AdvertisedDevice]]:
+        return self._stand_in.resources()
+
+    def allocatable(self, resource: str) -> int:
+        return self._stand_in.allocatable(resource)
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+        await self._stand_in.wait_for(condition, timeout)
+
+    async def run_container(self, resource: str, count: int) -> ContainerView:
+        healthy = sorted(d.id for d in self.resources()[resource].values() if d.health == "Healthy")
+        chosen = healthy[:count]
+        if len(healthy) > count and self._stand_in.options(resource).get_preferred_allocation_available:
+            chosen = await self._stand_in.preferred(resource, healthy, [], count)
+        response = await self._stand_in.allocate(resource, chosen)
+        return _view(response, tuple(chosen))
+
+    async def stop(self) -> None:
+        await self._stand_in.stop()
+
+
+class DeviceManagerKubelet:
+    """The kubelet's real device manager (``pkg/kubelet/cm/devicemanager``) in the Go harness."""
+
+    description = "the kubelet's own device manager (Kubernetes code, built by test/k8s/build.sh)"
+
+    def __init__(self, harness: DeviceManagerHarness) -> None:
+        self._harness = harness
+
+    @classmethod
+    async def start(cls, device_plugin_dir: Path, workdir: Path) -> DeviceManagerKubelet:
+        bins, reason = find_binaries()
+        if bins is None:
+            raise RuntimeError(reason)
+        harness = DeviceManagerHarness(bins, workdir / "device-manager", device_plugin_dir)
+        await asyncio.to_thread(harness.start)
+        return cls(harness)
+
+    def resources(self) -> dict[str, dict[str, AdvertisedDevice]]:
+        return {
+            name: {d.id: AdvertisedDevice(d.id, d.health, d.numa) for d in resource.devices}
+            for name, resource in self._harness.resources().items()
+        }
+
+    def allocatable(self, resource: str) -> int:
+        found = self._harness.resources().get(resource)
+        return found.allocatable if found else 0
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            await asyncio.sleep(0.05)
+
+    async def run_container(self, resource: str, count: int) -> ContainerView:
+        pod = pod_manifest({resource: count})
+        options = (await asyncio.to_thread(self._harness.admit, pod))["ctr"]
+        return ContainerView(
+            devices=tuple((d.host_path, d.container_path, d.permissions) for d in options.devices),
+            mounts=tuple((m.host_path, m.container_path, m.read_only) for m in options.mounts),
+            envs=dict(options.envs),
+            cdi_devices=options.cdi_devices,
+        )
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._harness.stop)
+
+
+def device_manager_available() -> tuple[bool, str]:
+    """Whether the real device manager can run here, and if not, why."""
+    bins, reason = find_binaries()
+    if bins is None:
+        return False, reason
+    if os.geteuid() != 0:
+        return False, "the device-manager harness needs root (it uses a private mount namespace)"
+    return True, ""
