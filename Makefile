@@ -31,4 +31,4 @@ protos: venv
 	$(BIN)/python tools/genproto.py
 
 bench: venv
-	$(BIN)/python bench/bench_gpu.py
+	$(BIN)/python bench/run_all.py
