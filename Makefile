@@ -36,7 +36,7 @@ protos: venv
 	$(BIN)/python tools/genproto.py
 
 bench: venv
-	$(BIN)/python bench/bench_gpu.py
+	$(BIN)/python bench/run_all.py
 
 bench-k8s: venv k8s-bins
 	$(BIN)/python bench/bench_k8s_harness.py start --runs 3
