@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 
 from intel_device_plugins.deviceplugin.model import (
     CdiDevice,
@@ -143,7 +145,13 @@ def _mei_nodes(view: _NodeView, pci_dir: str) -> tuple[DeviceNode, ...]:
     return tuple(nodes)
 
 
-def _inspect_card(view: _NodeView, name: str, options: GpuOptions, problems: list[str]) -> _Card | None:
+NumaLookup = Callable[[str], tuple[int, ...]]
+"""PCI function directory → NUMA nodes; may raise ``TopologyError``. Plugins pass a cached one."""
+
+
+def _inspect_card(
+    view: _NodeView, name: str, options: GpuOptions, numa_of: NumaLookup, problems: list[str]
+) -> _Card | None:
     device_dir = os.path.join(view.drm_dir, name, "device")
     vendor = read_trimmed(os.path.join(device_dir, "vendor"))
     if vendor is None:
@@ -189,7 +197,7 @@ def _inspect_card(view: _NodeView, name: str, options: GpuOptions, problems: lis
     pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
     mounts = _by_path_mounts(view, options.by_path, pci_dir)
     try:
-        numa = numa_nodes_of_resolved(pci_dir, view.sys_devices)
+        numa = numa_of(pci_dir)
     except TopologyError as error:
         problems.append(f"GPU {name}: {error}; no NUMA topology reported")
         numa = ()
@@ -208,17 +216,19 @@ def _card_number(name: str) -> int:
     return int(name[4:])
 
 
-def scan_gpus(prefix: str, options: GpuOptions) -> GpuScan:
+def scan_gpus(prefix: str, options: GpuOptions, numa_of: NumaLookup | None = None) -> GpuScan:
     """The complete GPU device tree of the node under ``prefix``, with the problems found."""
     problems: list[str] = []
     view = _node_view(prefix)
+    if numa_of is None:
+        numa_of = partial(numa_nodes_of_resolved, sys_devices=view.sys_devices)
     entries = list_dir(view.drm_dir)
     if entries is None:
         return GpuScan({}, (f"cannot read {view.drm_dir}; no GPUs advertised",))
     tree: dict[str, dict[str, DeviceInfo]] = {}
     monitoring: dict[str, list[DeviceNode]] = {}
     for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
-        card = _inspect_card(view, name, options, problems)
+        card = _inspect_card(view, name, options, numa_of, problems)
         if card is None:
             continue
         devices = tree.setdefault(card.driver, {})
