@@ -1,6 +1,7 @@
 """Generate the CustomResourceDefinition YAML for all eight kinds from the typed model.
 
-Run ``python -m intel_device_plugins.operator.crdgen deploy/crds`` after changing ``model.py``; a unit test
+Run ``python -m intel_device_plugins.operator.crdgen deploy/crds --webhook-dir deploy/operator/webhook``
+after changing ``model.py`` or ``kinds.py``; a unit test
 compares the committed files with this output, so a stale CRD fails the build.
 """
 
@@ -92,6 +93,58 @@ def render_kustomization() -> str:
     return _HEADER + "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n" + files
 
 
+def webhook_configurations() -> list[dict[str, Any]]:
+    """Mutating and validating configurations with one entry per kind (§1.3 names and paths).
+
+    The operator serves every kind's webhooks even when ``--devices`` limits the controllers, so these never
+    point at an unserved path.
+    """
+
+    def entry(kind: DeviceKind, prefix: str, path: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": f"{prefix}{kind.singular}.kb.io",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"name": "webhook-service", "namespace": "system", "path": path}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "timeoutSeconds": 10,
+            "rules": [
+                {
+                    "apiGroups": [GROUP],
+                    "apiVersions": [VERSION],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": [kind.plural],
+                }
+            ],
+        }
+        if prefix == "m" and kind is DeviceKind.SGX:
+            out["reinvocationPolicy"] = "IfNeeded"
+        return out
+
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "mutating-webhook-configuration"},
+            "webhooks": [entry(k, "m", k.mutate_path) for k in ALL_KINDS],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "validating-webhook-configuration"},
+            "webhooks": [entry(k, "v", k.validate_path) for k in ALL_KINDS],
+        },
+    ]
+
+
+def render_webhooks() -> str:
+    docs = [
+        yaml.safe_dump(d, sort_keys=True, default_flow_style=False, width=120)
+        for d in webhook_configurations()
+    ]
+    return _HEADER + "---\n".join(docs)
+
+
 def expected_files() -> dict[str, str]:
     """File name → content for everything the generator owns in ``deploy/crds``."""
     out = {crd_filename(k): render(k) for k in ALL_KINDS}
@@ -99,14 +152,23 @@ def expected_files() -> dict[str, str]:
     return out
 
 
+def expected_webhook_files() -> dict[str, str]:
+    """File name → content for the generated part of ``deploy/operator/webhook``."""
+    return {"manifests.yaml": render_webhooks()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("outdir", type=Path)
+    parser.add_argument("outdir", type=Path, help="directory for the CRDs, e.g. deploy/crds")
+    parser.add_argument("--webhook-dir", type=Path, help="directory for the webhook configurations")
     args = parser.parse_args(argv)
-    outdir: Path = args.outdir
-    outdir.mkdir(parents=True, exist_ok=True)
-    for name, text in expected_files().items():
-        (outdir / name).write_text(text)
+    targets: list[tuple[Path, dict[str, str]]] = [(args.outdir, expected_files())]
+    if args.webhook_dir is not None:
+        targets.append((args.webhook_dir, expected_webhook_files()))
+    for outdir, files in targets:
+        outdir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (outdir / name).write_text(text)
     return 0
 
 
