@@ -97,6 +97,7 @@ async def test_only_one_leads_and_clean_handover() -> None:
     assert a.is_leader and not b.is_leader and not b_leads.is_set()
     stop_a.set()  # a's work ends: it releases the lease
     await asyncio.wait_for(ta, 2)
+    assert not a.lost
     assert store.stored is not None and store.stored.spec is not None
     assert store.stored.spec.holderIdentity in ("", "b")
     await asyncio.wait_for(b_leads.wait(), 0.5)  # well under a lease duration: released, not expired
@@ -145,4 +146,4 @@ async def test_leader_steps_down_when_api_is_unreachable() -> None:
     assert a.is_leader
     store.down = True
     await asyncio.wait_for(ta, 2)
-    assert cancelled.is_set() and not a.is_leader
+    assert cancelled.is_set() and not a.is_leader and a.lost

@@ -81,6 +81,7 @@ class LeaderElector:
         self._seen: tuple[LeaseRecord | None, str] = (None, "")
         self._observed_at = clock()
         self.is_leader = False
+        self.lost = False
 
     def _observe(self, lease: Lease | None) -> LeaseRecord | None:
         rec = None if lease is None else _record(lease)
@@ -164,6 +165,7 @@ class LeaderElector:
                     last_renew = self._clock()
                 elif self._clock() - last_renew > cfg.renew_deadline_s:
                     log.error("lost lease %s/%s", cfg.namespace, cfg.name)
+                    self.lost = True
                     break
         finally:
             self.is_leader = False
