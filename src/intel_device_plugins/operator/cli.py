@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -122,26 +122,15 @@ def identity(env: Mapping[str, str]) -> str:
     return env.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
-def signal_installer(task: asyncio.Task[int]) -> Callable[[], None]:
-    """Returns a function that (re)installs SIGTERM/SIGINT handlers cancelling ``task``.
-
-    Cancelling the main task unwinds everything, releasing the Lease on the way out.
-    """
-
-    def install() -> None:
-        loop = task.get_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, task.cancel)
-
-    return install
+def install_signal_handlers(task: asyncio.Task[int]) -> None:
+    """SIGTERM/SIGINT cancel ``task``; cancelling the main task unwinds everything and releases the Lease."""
+    loop = task.get_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, task.cancel)
 
 
-async def amain(
-    opts: argparse.Namespace,
-    env: Mapping[str, str],
-    install_signal_handlers: Callable[[], None] = lambda: None,
-) -> int:
+async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
     namespace = env.get("DEVICEPLUGIN_NAMESPACE") or opts.deviceplugin_namespace
     kinds = select_devices(opts.devices)
     metrics = Metrics()
@@ -197,13 +186,13 @@ async def amain(
         log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
         if not opts.leader_elect:
             metrics.leader = 1
-            await run_controllers(client, config, metrics, install_signal_handlers)
+            await run_controllers(config, metrics)
             return 0
         elector = LeaderElector(client, ElectionConfig(namespace, identity(env)))
 
         async def lead() -> None:
             metrics.leader = 1
-            await run_controllers(client, config, metrics, install_signal_handlers)
+            await run_controllers(config, metrics)
 
         await elector.run(lead)
         metrics.leader = 0
@@ -241,10 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def runner() -> int:
         task = asyncio.current_task()
         assert task is not None
-        install = signal_installer(task)
-        install()
+        install_signal_handlers(task)
         try:
-            return await amain(opts, dict(os.environ), install)
+            return await amain(opts, dict(os.environ))
         except asyncio.CancelledError:
             return 0
 

@@ -10,9 +10,11 @@ edits to managed fields are reverted; the status is patched only when it differs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -290,41 +292,67 @@ def kopf_settings() -> kopf.OperatorSettings:
     return settings
 
 
-async def run_controllers(
-    client: AsyncClient,
-    config: ControllerConfig,
-    metrics: Metrics,
-    on_restart: Callable[[], None] | None = None,
+ClientFactory = Callable[[], AsyncClient]
+
+
+def default_client() -> AsyncClient:
+    return AsyncClient(field_manager=FIELD_MANAGER)
+
+
+async def _controllers(
+    config: ControllerConfig, metrics: Metrics, stop: threading.Event, client_factory: ClientFactory
 ) -> None:
-    """Run kopf watches and the reconcile workers until kopf stops on a signal (or the task is cancelled).
+    """Body of the controller thread: kopf watches plus reconcile workers on this thread's own loop.
 
     If kopf gives up (e.g. the API server stays unreachable past its retries), it is started again after a
-    back-off, so an API server restart never ends the process. ``on_restart`` lets the caller re-install its
-    signal handlers, which kopf replaces with its own while it runs.
+    back-off, so an API server restart never ends the process.
     """
+    client = client_factory()
     reconciler = Reconciler(client, config, metrics)
     registry = build_registry(reconciler)
-    workers = asyncio.create_task(reconciler.run())
+    workers = asyncio.create_task(reconciler.run())  # exists before kopf starts, so kopf leaves it alone
     failures = 0
     try:
-        while True:
+        while not stop.is_set():
             try:
                 await kopf.operator(
                     registry=registry,
                     settings=kopf_settings(),
                     namespaces=[config.namespace],
                     standalone=True,
+                    stop_flag=stop,
                 )
-                return
-            except asyncio.CancelledError:
-                raise
+                failures = 0
+                continue
             except Exception as exc:
                 failures += 1
                 delay = backoff(failures, base=1.0, ceiling=30.0)
                 log.error("watches stopped (%s); restarting in %.0f s", exc, delay)
-                if on_restart is not None:
-                    on_restart()
-                await asyncio.sleep(delay)
+            await asyncio.to_thread(stop.wait, delay)
     finally:
         workers.cancel()
         await asyncio.gather(workers, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+async def run_controllers(
+    config: ControllerConfig, metrics: Metrics, client_factory: ClientFactory = default_client
+) -> None:
+    """Run the controllers in their own thread and event loop until this coroutine is cancelled.
+
+    kopf cancels every task created in its loop after it started when it stops, and it replaces the process's
+    signal handlers; a private loop keeps the webhook server, health probes and leader election out of reach.
+    """
+    stop = threading.Event()
+
+    def target() -> None:
+        asyncio.run(_controllers(config, metrics, stop, client_factory))
+
+    thread = threading.Thread(target=target, name="controllers", daemon=True)
+    thread.start()
+    try:
+        await asyncio.to_thread(thread.join)
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 20)
