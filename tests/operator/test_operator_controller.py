@@ -98,7 +98,12 @@ class FakeApi:
         return None
 
     def list(
-        self, res: Any, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self,
+        res: Any,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        chunk_size: int | None = None,
     ) -> AsyncIterator[Any]:
         async def gen() -> AsyncIterator[Any]:
             if res is Pod:
@@ -298,3 +303,36 @@ async def test_workqueue_dedupes_and_requeues_dirty_keys() -> None:
     assert len(q) == 2
     assert q.done("b", failed=True) == backoff(1)
     assert backoff(1) < backoff(2) < backoff(30) == 30.0
+
+
+def test_pod_summary_keeps_what_status_needs() -> None:
+    from intel_device_plugins.operator.controller import _pod_summary
+    from intel_device_plugins.operator.reconcile import nodes_by_daemonset
+
+    owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]
+    running = Pod.from_dict(
+        {
+            "metadata": {"name": "p1", "ownerReferences": owner},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        }
+    )
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
+                ]
+            }
+        }
+    }
+    pending = Pod.from_dict(
+        {
+            "metadata": {"name": "p2", "ownerReferences": owner},
+            "spec": {"affinity": affinity, "containers": [{"name": "c"}]},
+        }
+    )
+    orphan = Pod.from_dict(
+        {"metadata": {"name": "p3"}, "spec": {"nodeName": "n9", "containers": [{"name": "c"}]}}
+    )
+    summaries = [_pod_summary(cast(Pod, p)) for p in (running, pending, orphan)]
+    assert nodes_by_daemonset(summaries) == {"ds": ("n1", "n2")}

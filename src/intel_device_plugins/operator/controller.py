@@ -96,6 +96,22 @@ def owner_key(body: Mapping[str, Any], kinds: tuple[DeviceKind, ...]) -> Key | N
     return None
 
 
+POD_PAGE: Final = 250  # paging keeps the peak memory of listing a large cluster's plugin pods low
+
+
+def _pod_summary(pod: Pod) -> dict[str, Any]:
+    """The few fields of a pod that status and conflict detection read, without converting the whole pod."""
+    refs = (pod.metadata.ownerReferences or []) if pod.metadata else []
+    spec: dict[str, Any] = {}
+    if pod.spec is not None:
+        if pod.spec.nodeName:
+            spec["nodeName"] = pod.spec.nodeName
+        elif pod.spec.affinity is not None:
+            spec["affinity"] = pod.spec.affinity.to_dict()
+    owners = [{"kind": r.kind, "name": r.name, "controller": bool(r.controller)} for r in refs]
+    return {"metadata": {"ownerReferences": owners}, "spec": spec}
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -190,8 +206,10 @@ class Reconciler:
         self.metrics.daemonset_applies += 1
         base = kind.daemonset_base
         pods = [
-            pod.to_dict()
-            async for pod in self.client.list(Pod, namespace=self.cfg.namespace, labels={"app": base})
+            _pod_summary(pod)
+            async for pod in self.client.list(
+                Pod, namespace=self.cfg.namespace, labels={"app": base}, chunk_size=POD_PAGE
+            )
         ]
         per_cr = {
             ds_name[len(base) + 1 :]: nodes
