@@ -183,7 +183,8 @@ class Reconciler:
         meta = cr.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return
-        current = cr.get("status") or {}
+        raw_status = cr.get("status")
+        current: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
         generation = meta.get("generation")
         p = plan(kind, cr, self.cfg.image_env, self.cfg.namespace, self.cfg.pull_secret)
         for note in p.image_notes:
@@ -245,9 +246,13 @@ class Reconciler:
         """After a CR is gone, others of its kind may have lost a conflict: look at them again."""
         async for cr in self.client.list(self.resources[kind]):
             name = str((cr.get("metadata") or {}).get("name", ""))
-            conds = (cr.get("status") or {}).get("conditions") or ()
+            status = cr.get("status")
+            conds = (status.get("conditions") or ()) if isinstance(status, Mapping) else ()
             if name != exclude and any(
-                c.get("type") == CONDITION_NODE_CONFLICT and c.get("status") == "True" for c in conds
+                isinstance(c, Mapping)
+                and c.get("type") == CONDITION_NODE_CONFLICT
+                and c.get("status") == "True"
+                for c in conds
             ):
                 self.enqueue(kind, name)
 

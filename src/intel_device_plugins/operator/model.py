@@ -484,7 +484,10 @@ def parse_spec(kind: DeviceKind, raw: Mapping[str, Any] | None) -> AnySpec:
     Raises SpecError naming every malformed field, so webhook messages point at the field.
     """
     cls = SPEC_CLASSES[kind]
-    raw = raw or {}
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise SpecError([FieldError("spec", "must be an object")])
     errors: list[FieldError] = []
     kwargs: dict[str, Any] = {}
     for f in spec_fields(cls):
@@ -494,13 +497,16 @@ def parse_spec(kind: DeviceKind, raw: Mapping[str, Any] | None) -> AnySpec:
         path = f"spec.{json_name}"
         value = raw[json_name]
         if json_name == "tolerations":
-            parsed = _check_type(path, value, {"type": "array", "items": {"type": "object"}}, errors)
-            if parsed is not None:
-                kwargs["tolerations"] = tuple(
-                    _parse_toleration(f"{path}[{i}]", t, errors)
-                    for i, t in enumerate(parsed)
-                    if t is not None
-                )
+            if not isinstance(value, list):
+                errors.append(FieldError(path, "must be a list"))
+            else:
+                tols = []
+                for i, t in enumerate(value):
+                    if isinstance(t, Mapping):
+                        tols.append(_parse_toleration(f"{path}[{i}]", t, errors))
+                    elif t is not None:
+                        errors.append(FieldError(f"{path}[{i}]", "must be an object"))
+                kwargs["tolerations"] = tuple(tols)
         elif json_name == "nodeSelector":
             parsed = _check_type(path, value, {"type": "object"}, errors)
             if parsed is not None:

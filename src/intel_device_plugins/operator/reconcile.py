@@ -44,7 +44,9 @@ def plan(
     kind: DeviceKind, cr: Mapping[str, Any], env: Mapping[str, str], namespace: str, pull_secret: str = ""
 ) -> Plan:
     """Desired DaemonSet for the CR object ``cr``; a malformed spec yields errors instead of an exception."""
-    meta = cr.get("metadata") or {}
+    meta = cr.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     if not name or not uid:
         return Plan(None, errors=(FieldError("metadata", "name and uid are required"),))
