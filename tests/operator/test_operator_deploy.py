@@ -87,18 +87,18 @@ def _rules(docs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
 def test_rbac_is_least_privilege(overlay: str) -> None:
     docs = render(DEPLOY / "operator" / overlay)
     for rule in _rules(docs):
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        assert "*" not in rule["verbs"] and "*" not in rule.get("resources", []), rule
         assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"]
     cluster = [r for d in by_kind(docs, "ClusterRole") for r in d["rules"]]
-    assert not any("daemonsets" in r["resources"] or "pods" in r["resources"] for r in cluster), (
+    assert not any({"daemonsets", "pods"} & set(r.get("resources", [])) for r in cluster), (
         "workload access must be namespaced"
     )
-    secrets = [r for r in _rules(docs) if "secrets" in r["resources"]]
+    secrets = [r for r in _rules(docs) if "secrets" in r.get("resources", [])]
     if overlay == "default":
         assert secrets == []
     else:
         assert all(r.get("resourceNames") and "create" not in r["verbs"] for r in secrets)
-    crs = next(r for r in cluster if "gpudeviceplugins" in r["resources"])
+    crs = next(r for r in cluster if "gpudeviceplugins" in r.get("resources", []))
     assert set(crs["verbs"]) == {"get", "list", "watch"}
     for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
         assert binding["subjects"][0]["name"] == "intel-deviceplugins-controller-manager"
@@ -159,3 +159,20 @@ def test_nfd_rules_label_every_sample_selector() -> None:
     for _, sample in SAMPLES:
         for key in sample["spec"].get("nodeSelector", {}):
             assert key in labels, key
+
+
+@pytest.mark.parametrize("overlay", ["default", "self-signed"])
+def test_secure_metrics(overlay: str) -> None:
+    docs = render(DEPLOY / "operator" / overlay)
+    (dep,) = by_kind(docs, "Deployment")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-secure" in c["args"] and "--metrics-bind-address=:8443" in c["args"]
+    (svc,) = [d for d in by_kind(docs, "Service") if "metrics" in d["metadata"]["name"]]
+    assert svc["spec"]["ports"][0]["targetPort"] == 8443
+    rules = [r for d in by_kind(docs, "ClusterRole") for r in d["rules"]]
+    assert {
+        "apiGroups": ["authentication.k8s.io"],
+        "resources": ["tokenreviews"],
+        "verbs": ["create"],
+    } in rules
+    assert {"nonResourceURLs": ["/metrics"], "verbs": ["get"]} in rules

@@ -26,6 +26,7 @@ from intel_device_plugins.operator.certs import service_dns_names
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, Metrics, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
+from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
 from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
 from intel_device_plugins.operator.webhook_server import (
     ServingCert,
@@ -56,7 +57,9 @@ def parser() -> argparse.ArgumentParser:
         help="namespace of the plugin DaemonSets (env DEVICEPLUGIN_NAMESPACE wins)",
     )
     p.add_argument("--leader-elect", action="store_true", help="reconcile only while holding the Lease")
-    p.add_argument("--metrics-secure", action="store_true", help="serve metrics over HTTPS")
+    p.add_argument(
+        "--metrics-secure", action="store_true", help="serve metrics over HTTPS to authorised tokens only"
+    )
     p.add_argument("--enable-http2", action="store_true", help="accepted for compatibility; HTTP/1.1 is used")
     p.add_argument(
         "--devices",
@@ -160,9 +163,10 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
         if port:
             if opts.metrics_secure:
                 await _wait_loaded(serving)
+            auth = CachedAuthorizer(api_authorizer(client)) if opts.metrics_secure else None
             runners.append(
                 await start(
-                    metrics_app(metrics), host, port, serving.context if opts.metrics_secure else None
+                    metrics_app(metrics, auth), host, port, serving.context if opts.metrics_secure else None
                 )
             )
 

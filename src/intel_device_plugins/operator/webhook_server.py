@@ -21,6 +21,7 @@ from aiohttp import web
 
 from intel_device_plugins.operator.admission import handle_review, routes
 from intel_device_plugins.operator.controller import Metrics
+from intel_device_plugins.operator.metricsauth import Authorizer, bearer_token
 
 TLS_CIPHERS: Final = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
 CERT_FILE: Final = "tls.crt"
@@ -115,10 +116,22 @@ def health_app(ready: Callable[[], bool]) -> web.Application:
     return app
 
 
-def metrics_app(metrics: Metrics) -> web.Application:
+def metrics_app(metrics: Metrics, authorizer: Authorizer | None = None) -> web.Application:
+    """``/metrics``; with an authorizer, only for bearer tokens allowed to ``get /metrics``."""
     app = web.Application()
 
-    async def serve(_: web.Request) -> web.Response:
+    async def serve(request: web.Request) -> web.Response:
+        if authorizer is not None:
+            token = bearer_token(request.headers.get("Authorization"))
+            if not token:
+                return web.Response(text="Unauthorized", status=401)
+            try:
+                allowed = await authorizer(token)
+            except Exception as exc:  # the API server may be away; refuse rather than fail open
+                log.warning("metrics authorisation failed: %s", exc)
+                allowed = False
+            if not allowed:
+                return web.Response(text="Forbidden", status=403)
         return web.Response(text=metrics.render(), content_type="text/plain")
 
     app.router.add_get("/metrics", serve)
