@@ -29,6 +29,19 @@ from intel_device_plugins.operator.workqueue import WorkQueue, backoff
 NS = "plugins"
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the API server applies it."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
 def ds_status(desired: int, ready: int) -> dict[str, int]:
     return {
         "desiredNumberScheduled": desired,
@@ -93,7 +106,8 @@ class FakeApi:
             return DaemonSet.from_dict(stored)
         assert patch_type is PatchType.MERGE
         plural = res._api_info.plural
-        self.crs[(plural, name)]["status"] = copy.deepcopy(obj["status"])
+        cr = self.crs[(plural, name)]
+        cr["status"] = merge_patch(cr.get("status") or {}, obj["status"])
         self.status_patches.append((name, obj["status"]))
         return None
 
@@ -336,3 +350,28 @@ def test_pod_summary_keeps_what_status_needs() -> None:
     )
     summaries = [_pod_summary(cast(Pod, p)) for p in (running, pending, orphan)]
     assert nodes_by_daemonset(summaries) == {"ds": ("n1", "n2")}
+
+
+async def test_status_written_by_an_older_operator_converges() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    api.crs[("gpudeviceplugins", "a")]["status"] = {
+        "desiredNumberScheduled": 0,
+        "numberReady": 0,
+        "nodeNames": None,
+        "controlledDaemonSet": {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": "intel-gpu-plugin-a",
+            "namespace": NS,
+            "uid": "ds-intel-gpu-plugin-a",
+            "resourceVersion": "42",
+        },
+        "somebodyElse": "kept",
+    }
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    status = api.crs[("gpudeviceplugins", "a")]["status"]
+    assert "resourceVersion" not in status["controlledDaemonSet"] and status["somebodyElse"] == "kept"
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert len(api.status_patches) == 1

@@ -14,6 +14,7 @@ from intel_device_plugins.operator.reconcile import (
     plan,
     pod_node,
     status_changed,
+    status_patch,
 )
 
 NS = "ns"
@@ -144,3 +145,18 @@ def test_status_changed_only_on_real_change() -> None:
     )
     cond = conflict_condition(DeviceKind.GPU, {}, "T")
     assert status_changed(st.to_dict(), compute_status(ds, ("n1",), (cond,)))
+
+
+def test_status_patch_removes_stale_keys_and_keeps_foreign_ones() -> None:
+    ds = {"metadata": {"name": "x", "namespace": NS, "uid": "d1"}, "status": {"desiredNumberScheduled": 1}}
+    want = compute_status(ds, ("n1",))
+    current = {
+        **want.to_dict(),
+        "controlledDaemonSet": {**want.to_dict()["controlledDaemonSet"], "resourceVersion": "9"},
+        "extra": 1,
+    }
+    assert status_patch(current, want) == {"controlledDaemonSet": {"resourceVersion": None}}
+    cond = conflict_condition(DeviceKind.GPU, {}, "T")
+    with_cond = {**want.to_dict(), "conditions": [cond.to_dict()]}
+    assert status_patch(with_cond, want) == {"conditions": None}
+    assert status_patch(want.to_dict(), want) is None

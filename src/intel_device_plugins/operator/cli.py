@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from aiohttp import web
 from lightkube import AsyncClient
 
 from intel_device_plugins.operator.certs import service_dns_names
@@ -159,29 +160,30 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
         host, port = parse_bind(opts.health_probe_bind_address)
         if port:
             runners.append(await start(health_app(webhook_started.is_set), host, port))
+
+        async def serve(app: web.Application, host: str, port: int, tls: bool, what: str) -> None:
+            """Start a server once its certificate is there; a failure is logged, never silent."""
+            try:
+                if tls:
+                    await _wait_loaded(serving)
+                runners.append(await start(app, host, port, serving.context if tls else None))
+                log.info("%s listening on %s:%d", what, host, port)
+            except OSError as exc:
+                log.error("%s cannot listen on %s:%d: %s", what, host, port, exc)
+                raise
+
         host, port = parse_bind(opts.metrics_bind_address)
         if port:
-            if opts.metrics_secure:
-                await _wait_loaded(serving)
             auth = CachedAuthorizer(api_authorizer(client)) if opts.metrics_secure else None
-            runners.append(
-                await start(
-                    metrics_app(metrics, auth), host, port, serving.context if opts.metrics_secure else None
+            background.append(
+                asyncio.create_task(
+                    serve(metrics_app(metrics, auth), host, port, opts.metrics_secure, "metrics server")
                 )
             )
 
         async def serve_webhooks() -> None:
-            await _wait_loaded(serving)
-            runners.append(
-                await start(
-                    webhook_app(metrics),
-                    "0.0.0.0",
-                    opts.webhook_port,
-                    serving.context,
-                )
-            )
+            await serve(webhook_app(metrics), "0.0.0.0", opts.webhook_port, True, "webhook server")
             webhook_started.set()
-            log.info("webhook server listening on :%d", opts.webhook_port)
 
         background.append(asyncio.create_task(serve_webhooks()))
         config = ControllerConfig(

@@ -29,7 +29,7 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
-from intel_device_plugins.operator.model import Condition
+from intel_device_plugins.operator.model import Condition, PluginStatus
 from intel_device_plugins.operator.reconcile import (
     CONDITION_NODE_CONFLICT,
     CONDITION_SPEC_VALID,
@@ -38,7 +38,7 @@ from intel_device_plugins.operator.reconcile import (
     node_conflicts,
     nodes_by_daemonset,
     plan,
-    status_changed,
+    status_patch,
 )
 from intel_device_plugins.operator.workqueue import WorkQueue, backoff
 
@@ -233,12 +233,14 @@ class Reconciler:
                         self.enqueue(kind, other)
 
     async def _write_status(
-        self, kind: DeviceKind, name: str, current: Mapping[str, Any], status: Any
+        self, kind: DeviceKind, name: str, current: Mapping[str, Any], status: PluginStatus
     ) -> bool:
-        if not status_changed(current, status):
+        patch = status_patch(current, status)
+        if patch is None:
             return False
-        body = {"status": status.to_dict()}
-        await self.client.patch(self.resources[kind].Status, name, body, patch_type=PatchType.MERGE)
+        await self.client.patch(
+            self.resources[kind].Status, name, {"status": patch}, patch_type=PatchType.MERGE
+        )
         self.metrics.status_updates += 1
         return True
 

@@ -166,9 +166,42 @@ def compute_status(
     )
 
 
+MANAGED_STATUS_KEYS: Final = (
+    "desiredNumberScheduled",
+    "numberReady",
+    "nodeNames",
+    "controlledDaemonSet",
+    "conditions",
+)
+
+
+def _merge_diff(current: Any, desired: Any) -> Any:
+    """JSON merge patch turning ``current`` into ``desired`` for nested objects; lists are replaced whole."""
+    if isinstance(desired, Mapping) and isinstance(current, Mapping):
+        out: dict[str, Any] = {k: None for k in current if k not in desired}
+        for k, v in desired.items():
+            if k not in current:
+                out[k] = v
+            elif current[k] != v:
+                out[k] = _merge_diff(current[k], v)
+        return out
+    return desired
+
+
+def status_patch(current: Mapping[str, Any] | None, desired: PluginStatus) -> dict[str, Any] | None:
+    """Merge patch for ``status`` that makes the managed keys equal ``desired``; None when nothing changes.
+
+    Keys written by an older operator (such as a stale ``controlledDaemonSet.resourceVersion``) are removed,
+    so applying the patch always converges and an idle reconcile writes nothing.
+    """
+    cur = {k: v for k, v in (current or {}).items() if k in MANAGED_STATUS_KEYS}
+    want = desired.to_dict()
+    if cur.get("nodeNames") is None and want.get("nodeNames") == []:
+        cur["nodeNames"] = []
+    patch = _merge_diff(cur, want)
+    return patch or None
+
+
 def status_changed(current: Mapping[str, Any] | None, desired: PluginStatus) -> bool:
     """True when writing ``desired`` would change the stored status (so idle reconciles write nothing)."""
-    cur = dict(current or {})
-    want = desired.to_dict()
-    cur.setdefault("nodeNames", [])
-    return any(cur.get(k) != v for k, v in want.items()) or ("conditions" in cur and "conditions" not in want)
+    return status_patch(current, desired) is not None
