@@ -257,6 +257,12 @@ def test_cli_flags() -> None:
     }
     assert cli.identity({"POD_NAME": "pod-1"}) == "pod-1"
     assert cli.main(["--devices=foo"]) == 1
+    off = p.parse_args(cli.normalise_dashes(["-leader-elect=false", "--metrics-secure=true"], p))
+    assert off.leader_elect is False and off.metrics_secure is True
+    with pytest.raises(SystemExit):
+        p.parse_args(["--leader"])  # no abbreviations, as with Go's flag package
+    with pytest.raises(SystemExit):
+        p.parse_args(["--leader-elect=maybe"])
 
 
 async def test_cli_serves_webhooks_without_a_reachable_api(

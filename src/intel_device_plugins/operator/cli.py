@@ -18,7 +18,7 @@ import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from lightkube import AsyncClient
@@ -46,8 +46,29 @@ class UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviations (as Go's flag package): an abbreviation that works today changes meaning tomorrow."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        return []  # Python 3.11 still matches single-dash prefixes with allow_abbrev=False
+
+
+def go_bool(text: str) -> bool:
+    """Go flag booleans: ``-flag``, ``-flag=true``, ``-flag=false`` (and 1/0, t/f)."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "t", "true"):
+        return True
+    if lowered in ("0", "f", "false"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="intel_deviceplugin_operator", description="Installs and manages Intel device plugins from CRs."
     )
     p.add_argument("--metrics-bind-address", default=":8080", help="metrics address; 0 disables")
@@ -57,11 +78,30 @@ def parser() -> argparse.ArgumentParser:
         default="kube-system",
         help="namespace of the plugin DaemonSets (env DEVICEPLUGIN_NAMESPACE wins)",
     )
-    p.add_argument("--leader-elect", action="store_true", help="reconcile only while holding the Lease")
     p.add_argument(
-        "--metrics-secure", action="store_true", help="serve metrics over HTTPS to authorised tokens only"
+        "--leader-elect",
+        nargs="?",
+        const=True,
+        default=False,
+        type=go_bool,
+        help="reconcile only while holding the Lease",
     )
-    p.add_argument("--enable-http2", action="store_true", help="accepted for compatibility; HTTP/1.1 is used")
+    p.add_argument(
+        "--metrics-secure",
+        nargs="?",
+        const=True,
+        default=False,
+        type=go_bool,
+        help="serve metrics over HTTPS to authorised tokens only",
+    )
+    p.add_argument(
+        "--enable-http2",
+        nargs="?",
+        const=True,
+        default=False,
+        type=go_bool,
+        help="accepted for compatibility; HTTP/1.1 is used",
+    )
     p.add_argument(
         "--devices",
         action="append",
