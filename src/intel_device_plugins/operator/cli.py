@@ -78,30 +78,12 @@ def parser() -> argparse.ArgumentParser:
         default="kube-system",
         help="namespace of the plugin DaemonSets (env DEVICEPLUGIN_NAMESPACE wins)",
     )
-    p.add_argument(
-        "--leader-elect",
-        nargs="?",
-        const=True,
-        default=False,
-        type=go_bool,
-        help="reconcile only while holding the Lease",
-    )
-    p.add_argument(
-        "--metrics-secure",
-        nargs="?",
-        const=True,
-        default=False,
-        type=go_bool,
-        help="serve metrics over HTTPS to authorised tokens only",
-    )
-    p.add_argument(
-        "--enable-http2",
-        nargs="?",
-        const=True,
-        default=False,
-        type=go_bool,
-        help="accepted for compatibility; HTTP/1.1 is used",
-    )
+    for flag, text in (
+        ("--leader-elect", "reconcile only while holding the Lease"),
+        ("--metrics-secure", "serve metrics over HTTPS to authorised tokens only"),
+        ("--enable-http2", "accepted for compatibility; HTTP/1.1 is used"),
+    ):
+        p.add_argument(flag, nargs="?", const=True, default=False, type=go_bool, help=text)
     p.add_argument(
         "--devices",
         action="append",
