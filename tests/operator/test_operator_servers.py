@@ -137,9 +137,10 @@ def test_serving_cert_ignores_missing_and_broken_files(tmp_path: Path) -> None:
 
 
 def test_parse_bind() -> None:
-    assert parse_bind(":8081") == ("0.0.0.0", 8081)
+    assert parse_bind(":8081") == ("", 8081)
     assert parse_bind("127.0.0.1:8080") == ("127.0.0.1", 8080)
-    assert parse_bind("0") == ("0.0.0.0", 0)
+    assert parse_bind("0") == ("", 0)
+    assert parse_bind("[::1]:8080") == ("::1", 8080)
 
 
 class FakeCertApi:
@@ -324,3 +325,14 @@ async def test_cli_serves_webhooks_without_a_reachable_api(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 10)
+
+
+async def test_controller_thread_failure_reaches_the_caller() -> None:
+    from intel_device_plugins.operator.controller import ControllerConfig, run_controllers
+
+    def broken_client() -> AsyncClient:
+        raise RuntimeError("no kubeconfig")
+
+    with pytest.raises(RuntimeError, match="controller thread failed") as info:
+        await run_controllers(ControllerConfig("ns", ALL_KINDS, {}), Metrics(), broken_client)
+    assert "no kubeconfig" in str(info.value.__cause__)

@@ -204,7 +204,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
             )
 
         async def serve_webhooks() -> None:
-            await serve(webhook_app(metrics), "0.0.0.0", opts.webhook_port, True, "webhook server")
+            await serve(webhook_app(metrics), "", opts.webhook_port, True, "webhook server")
             webhook_started.set()
 
         background.append(asyncio.create_task(serve_webhooks()))

@@ -370,9 +370,13 @@ async def run_controllers(
     signal handlers; a private loop keeps the webhook server, health probes and leader election out of reach.
     """
     stop = threading.Event()
+    failure: list[BaseException] = []
 
     def target() -> None:
-        asyncio.run(_controllers(config, metrics, stop, client_factory))
+        try:
+            asyncio.run(_controllers(config, metrics, stop, client_factory))
+        except BaseException as exc:  # handed to the caller's loop below
+            failure.append(exc)
 
     thread = threading.Thread(target=target, name="controllers", daemon=True)
     thread.start()
@@ -381,3 +385,5 @@ async def run_controllers(
     finally:
         stop.set()
         await asyncio.to_thread(thread.join, 20)
+    if failure:
+        raise RuntimeError("controller thread failed") from failure[0]

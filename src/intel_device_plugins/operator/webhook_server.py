@@ -29,10 +29,13 @@ KEY_FILE: Final = "tls.key"
 log = logging.getLogger(__name__)
 
 
-def parse_bind(address: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
-    """``":8081"`` / ``"127.0.0.1:8080"`` / ``"0"`` → (host, port); port 0 disables the server."""
+def parse_bind(address: str, default_host: str = "") -> tuple[str, int]:
+    """``":8081"`` / ``"127.0.0.1:8080"`` / ``"0"`` → (host, port); port 0 disables the server.
+
+    An empty host means every address, IPv4 and IPv6 alike.
+    """
     host, _, port = address.rpartition(":")
-    return (host or default_host, int(port or 0))
+    return (host.strip("[]") or default_host, int(port or 0))
 
 
 def make_ssl_context() -> ssl.SSLContext:
@@ -144,5 +147,5 @@ async def start(
     """Start ``app`` on host:port (with TLS when ``context`` is given); caller cleans the runner up."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=context).start()
+    await web.TCPSite(runner, host or None, port, ssl_context=context).start()
     return runner
