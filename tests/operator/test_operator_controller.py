@@ -375,3 +375,36 @@ async def test_status_written_by_an_older_operator_converges() -> None:
     assert "resourceVersion" not in status["controlledDaemonSet"] and status["somebodyElse"] == "kept"
     await rec.reconcile(DeviceKind.GPU, "a")
     assert len(api.status_patches) == 1
+
+
+async def test_wait_for_crds_until_served_or_stopped() -> None:
+    import threading
+
+    from intel_device_plugins.operator.controller import wait_for_crds
+
+    class Discovery:
+        def __init__(self) -> None:
+            self.served: set[str] = {"gpudeviceplugins"}
+            self.calls = 0
+
+        def list(self, res: Any, **_: Any) -> AsyncIterator[Any]:
+            self.calls += 1
+            plural = res._api_info.plural
+            if self.calls == 3:
+                self.served.add("qatdeviceplugins")
+
+            async def gen() -> AsyncIterator[Any]:
+                if plural not in self.served:
+                    raise ApiError(status=Status(code=404, message="no such resource"))
+                for _ in ():
+                    yield None
+
+            return gen()
+
+    api = Discovery()
+    stop = threading.Event()
+    kinds = (DeviceKind.GPU, DeviceKind.QAT)
+    assert await wait_for_crds(cast(AsyncClient, api), kinds, stop, retry_s=0.01)
+    assert api.calls == 3
+    stop.set()
+    assert not await wait_for_crds(cast(AsyncClient, Discovery()), (DeviceKind.SGX,), stop, retry_s=0.01)

@@ -324,6 +324,31 @@ def default_client() -> AsyncClient:
     return AsyncClient(field_manager=FIELD_MANAGER)
 
 
+async def wait_for_crds(
+    client: AsyncClient, kinds: tuple[DeviceKind, ...], stop: threading.Event, retry_s: float = 2.0
+) -> bool:
+    """Block until every enabled kind is served by the API; False if ``stop`` is set first.
+
+    kopf resolves the resources it watches once at start-up (scanning is off to spare RBAC), so it must not
+    start before the CRDs applied alongside the operator are established.
+    """
+    resources = cr_resources()
+    pending = list(kinds)
+    while pending and not stop.is_set():
+        kind = pending[0]
+        try:
+            async for _ in client.list(resources[kind], chunk_size=1):
+                break
+            pending.pop(0)
+            continue
+        except ApiError as exc:
+            log.info("waiting for the %s CRD (%s)", kind.kind, exc.status.code)
+        except Exception as exc:
+            log.info("waiting for the API server: %s", exc)
+        await asyncio.to_thread(stop.wait, retry_s)
+    return not pending
+
+
 async def _controllers(
     config: ControllerConfig, metrics: Metrics, stop: threading.Event, client_factory: ClientFactory
 ) -> None:
@@ -338,6 +363,8 @@ async def _controllers(
     workers = asyncio.create_task(reconciler.run())  # exists before kopf starts, so kopf leaves it alone
     failures = 0
     try:
+        if not await wait_for_crds(client, config.kinds, stop):
+            return
         while not stop.is_set():
             try:
                 await kopf.operator(
