@@ -17,13 +17,13 @@ from lightkube.types import PatchType
 from intel_device_plugins.operator.controller import (
     FIELD_MANAGER,
     ControllerConfig,
-    Metrics,
     Reconciler,
     build_registry,
     kopf_settings,
     owner_key,
 )
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.workqueue import WorkQueue, backoff
 
 NS = "plugins"

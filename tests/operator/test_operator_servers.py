@@ -24,8 +24,8 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.operator import cli
 from intel_device_plugins.operator.certs import CertBundle, issue, renewal_reason, service_dns_names
-from intel_device_plugins.operator.controller import Metrics
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig, write_pair
 from intel_device_plugins.operator.webhook_server import (
     ServingCert,

@@ -24,9 +24,10 @@ from aiohttp import web
 from lightkube import AsyncClient
 
 from intel_device_plugins.operator.certs import service_dns_names
-from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, Metrics, run_controllers
+from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
+from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
 from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
 from intel_device_plugins.operator.webhook_server import (

@@ -29,6 +29,7 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
+from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.model import Condition, PluginStatus
 from intel_device_plugins.operator.reconcile import (
     CONDITION_NODE_CONFLICT,
@@ -57,26 +58,6 @@ class ControllerConfig:
     pull_secret: str = ""
     workers: int = 2
     resync_s: float = 300.0
-
-
-@dataclasses.dataclass
-class Metrics:
-    """Counters exported on /metrics; owned by the process, passed explicitly."""
-
-    reconciles: int = 0
-    reconcile_errors: int = 0
-    daemonset_applies: int = 0
-    status_updates: int = 0
-    admission_reviews: int = 0
-    leader: int = 0
-
-    def render(self) -> str:
-        lines = []
-        for f in dataclasses.fields(self):
-            name = f"intel_deviceplugin_operator_{f.name}"
-            kind = "gauge" if f.name == "leader" else "counter"
-            lines += [f"# TYPE {name} {kind}", f"{name} {getattr(self, f.name)}"]
-        return "\n".join(lines) + "\n"
 
 
 def cr_resources() -> dict[DeviceKind, type[GenericGlobalResource]]:

@@ -20,7 +20,7 @@ from typing import Final
 from aiohttp import web
 
 from intel_device_plugins.operator.admission import handle_review, routes
-from intel_device_plugins.operator.controller import Metrics
+from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.metricsauth import Authorizer, bearer_token
 
 TLS_CIPHERS: Final = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
