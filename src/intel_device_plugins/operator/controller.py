@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import kopf
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.generic_resource import GenericGlobalResource, create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
@@ -27,6 +27,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
+from intel_device_plugins.operator.apierrors import is_status, status_code
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
 from intel_device_plugins.operator.metrics import Metrics
@@ -156,8 +157,8 @@ class Reconciler:
         res = self.resources[kind]
         try:
             cr: dict[str, Any] = dict(await self.client.get(res, name))
-        except ApiError as exc:
-            if exc.status.code == 404:  # deleted: garbage collection removes the DaemonSet
+        except Exception as exc:
+            if is_status(exc, 404):  # deleted: garbage collection removes the DaemonSet
                 await self._requeue_siblings(kind, exclude=name)
                 return
             raise
@@ -322,10 +323,8 @@ async def wait_for_crds(
                 break
             pending.pop(0)
             continue
-        except ApiError as exc:
-            log.info("waiting for the %s CRD (%s)", kind.kind, exc.status.code)
         except Exception as exc:
-            log.info("waiting for the API server: %s", exc)
+            log.info("waiting for the %s CRD: %s", kind.kind, status_code(exc) or exc)
         await asyncio.to_thread(stop.wait, retry_s)
     return not pending
 

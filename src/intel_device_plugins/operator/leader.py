@@ -18,10 +18,12 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
+
+from intel_device_plugins.operator.apierrors import is_status
 
 LEASE_NAME: Final = "d1c7b6d5.intel.com"
 log = logging.getLogger(__name__)
@@ -110,8 +112,8 @@ class LeaderElector:
         cfg = self._cfg
         try:
             lease: Lease | None = await self._client.get(Lease, cfg.name, namespace=cfg.namespace)
-        except ApiError as exc:
-            if exc.status.code != 404:
+        except Exception as exc:
+            if not is_status(exc, 404):
                 raise
             lease = None
         rec = self._observe(lease)
@@ -131,8 +133,8 @@ class LeaderElector:
                 transitions = rec.transitions + (1 if action is Action.TAKE_OVER else 0)
                 lease.spec = self._spec(transitions, keep)
                 await self._client.replace(lease)  # carries resourceVersion: a racing writer gets 409
-        except ApiError as exc:
-            if exc.status.code in (409, 422):
+        except Exception as exc:
+            if is_status(exc, 409, 422):
                 return False
             raise
         if action is not Action.RENEW:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import (
     MutatingWebhookConfiguration,
@@ -23,6 +23,7 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
+from intel_device_plugins.operator.apierrors import is_status
 from intel_device_plugins.operator.certs import CertBundle, ca_bundle_patch, issue, next_check, renewal_reason
 from intel_device_plugins.operator.webhook_server import CERT_FILE, KEY_FILE
 
@@ -58,8 +59,8 @@ class SelfManagedCerts:
     async def _read(self) -> tuple[Secret | None, CertBundle | None]:
         try:
             secret = await self.client.get(Secret, self.cfg.secret, namespace=self.cfg.namespace)
-        except ApiError as exc:
-            if exc.status.code == 404:
+        except Exception as exc:
+            if is_status(exc, 404):
                 return None, None
             raise
         return secret, CertBundle.from_secret_data(secret.data)
@@ -86,8 +87,8 @@ class SelfManagedCerts:
                 else:
                     secret.data = fresh.to_secret_data()
                     await self.client.replace(secret)
-            except ApiError as exc:
-                if exc.status.code == 409:  # another replica renewed first: use theirs
+            except Exception as exc:
+                if is_status(exc, 409):  # another replica renewed first: use theirs
                     continue
                 raise
             bundle = fresh
@@ -108,8 +109,8 @@ class SelfManagedCerts:
         for res in kinds:
             try:
                 obj = await self.client.get(res, name)
-            except ApiError as exc:
-                if exc.status.code in (403, 404):
+            except Exception as exc:
+                if is_status(exc, 403, 404):
                     continue
                 raise
             ops = ca_bundle_patch(obj.to_dict(), bundle.ca_bundle())
