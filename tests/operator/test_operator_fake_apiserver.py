@@ -108,6 +108,24 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The add/replace/test subset of RFC 6902 that the operator sends."""
+    out = copy.deepcopy(target)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].strip("/").split("/")]
+        node: Any = out
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+        if op["op"] == "test":
+            current = node[int(last)] if isinstance(node, list) else node.get(last)
+            assert current == op["value"]
+        elif isinstance(node, list):
+            node[int(last)] = op["value"]
+        else:
+            node[last] = op["value"]
+    return out
+
+
 class FakeApiServer:
     """Objects by (api prefix, plural, namespace, name); watch streams by (prefix, plural, namespace)."""
 
@@ -196,8 +214,22 @@ class FakeApiServer:
                 return web.json_response(self.put(key, applied, "MODIFIED" if current else "ADDED"))
             if key not in self.objects:
                 return self.not_found(name)
+            if ctype == "application/json-patch+json":
+                try:
+                    patched = json_patch(self.objects[key], body)
+                except AssertionError:
+                    return self.error(422, "Invalid", "test operation failed")
+                return web.json_response(self.put(key, patched, "MODIFIED"))
             assert ctype == "application/merge-patch+json" and sub == "status", (ctype, sub)
             return web.json_response(self.put(key, merge_patch(self.objects[key], body), "MODIFIED"))
+        if request.method == "PUT":
+            body = await request.json()
+            if key not in self.objects:
+                return self.not_found(name)
+            if body["metadata"].get("resourceVersion") != self.objects[key]["metadata"]["resourceVersion"]:
+                return self.error(409, "Conflict", "the object has been modified")
+            body["metadata"]["uid"] = self.objects[key]["metadata"]["uid"]
+            return web.json_response(self.put(key, body, "MODIFIED"))
         return web.json_response({"kind": "Status", "code": 405}, status=405)
 
     def list(self, prefix: str, plural: str, ns: str, selector: str) -> dict[str, Any]:
@@ -229,6 +261,23 @@ class FakeApiServer:
                 await resp.write(json.dumps(event).encode() + b"\n")
         finally:
             self.watchers.remove(entry)
+
+    @staticmethod
+    def error(code: int, reason: str, message: str) -> web.Response:
+        return web.Response(
+            text=json.dumps(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": code,
+                    "reason": reason,
+                    "message": message,
+                }
+            ),
+            status=code,
+            headers={"Content-Type": "application/json"},
+        )
 
     @staticmethod
     def not_found(name: str) -> web.Response:
@@ -387,3 +436,97 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_leader_election_over_http(cluster: FakeApiServer) -> None:
+    from lightkube import AsyncClient
+
+    from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
+
+    def elector(name: str) -> LeaderElector:
+        cfg = ElectionConfig(NS, name, lease_duration_s=1, renew_deadline_s=0.8, retry_period_s=0.1)
+        return LeaderElector(AsyncClient(), cfg)
+
+    a, b = elector("a"), elector("b")
+    a_stop, b_leads = asyncio.Event(), asyncio.Event()
+
+    async def lead_a() -> None:
+        await a_stop.wait()
+
+    async def lead_b() -> None:
+        b_leads.set()
+        await asyncio.Event().wait()
+
+    ta = asyncio.create_task(a.run(lead_a))
+    await eventually(lambda: a.is_leader)
+    tb = asyncio.create_task(b.run(lead_b))
+    await asyncio.sleep(0.5)
+    lease = cluster.objects[("apis/coordination.k8s.io/v1", "leases", NS, "d1c7b6d5.intel.com")]
+    assert lease["spec"]["holderIdentity"] == "a" and not b.is_leader
+    assert lease["spec"]["renewTime"].endswith("Z")
+    a_stop.set()
+    await ta
+    await asyncio.wait_for(b_leads.wait(), 2)
+    assert (
+        cluster.objects[("apis/coordination.k8s.io/v1", "leases", NS, "d1c7b6d5.intel.com")]["spec"][
+            "holderIdentity"
+        ]
+        == "b"
+    )
+    tb.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await tb
+
+
+async def test_self_managed_certificates_over_http(cluster: FakeApiServer, tmp_path: Path) -> None:
+    import base64
+
+    from lightkube import AsyncClient
+
+    from intel_device_plugins.operator.certs import service_dns_names
+    from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+
+    cluster.put(
+        ("api/v1", "secrets", NS, "cert"),
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "cert", "namespace": NS},
+            "type": "Opaque",
+        },
+        "ADDED",
+    )
+    for plural, kind in (
+        ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+        ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
+    ):
+        cluster.put(
+            ("apis/admissionregistration.k8s.io/v1", plural, "", kind[:1].lower()),
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": kind[:1].lower()},
+                "webhooks": [
+                    {
+                        "name": f"{kind[:1].lower()}.kb.io",
+                        "clientConfig": {},
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                    }
+                ],
+            },
+            "ADDED",
+        )
+    certs = SelfManagedCerts(
+        AsyncClient(), SelfManagedConfig(NS, "cert", service_dns_names("svc", NS), ("m", "v"), tmp_path)
+    )
+    bundle = await certs.ensure()
+    secret = cluster.objects[("api/v1", "secrets", NS, "cert")]
+    assert base64.b64decode(secret["data"]["tls.crt"]) == bundle.tls_cert
+    want = base64.b64encode(bundle.ca_bundle()).decode()
+    for plural, name in (("mutatingwebhookconfigurations", "m"), ("validatingwebhookconfigurations", "v")):
+        cfg = cluster.objects[("apis/admissionregistration.k8s.io/v1", plural, "", name)]
+        assert cfg["webhooks"][0]["clientConfig"]["caBundle"] == want
+    version = secret["metadata"]["resourceVersion"]
+    assert await certs.ensure() == bundle
+    assert cluster.objects[("api/v1", "secrets", NS, "cert")]["metadata"]["resourceVersion"] == version
