@@ -530,3 +530,115 @@ async def test_self_managed_certificates_over_http(cluster: FakeApiServer, tmp_p
     version = secret["metadata"]["resourceVersion"]
     assert await certs.ensure() == bundle
     assert cluster.objects[("api/v1", "secrets", NS, "cert")]["metadata"]["resourceVersion"] == version
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_whole_operator_without_cert_manager(cluster: FakeApiServer, tmp_path: Path) -> None:
+    """The CLI with --leader-elect and self-managed certificates: issue, inject, serve, reconcile, release."""
+    import base64
+    import ssl
+
+    import aiohttp
+
+    from intel_device_plugins.operator import cli
+
+    cluster.put(
+        ("api/v1", "secrets", NS, "cert"),
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cert", "namespace": NS}},
+        "ADDED",
+    )
+    cluster.put(
+        ("apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "", "v"),
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "v"},
+            "webhooks": [
+                {
+                    "name": "v.kb.io",
+                    "clientConfig": {},
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                }
+            ],
+        },
+        "ADDED",
+    )
+    cluster.put(
+        (CR_PREFIX, "sgxdeviceplugins", "", "s"),
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "SgxDevicePlugin",
+            "metadata": {"name": "s"},
+            "spec": {"image": "intel/intel-sgx-plugin:0.36.0"},
+        },
+        "ADDED",
+    )
+    webhook_port, health_port = _free_port(), _free_port()
+    p = cli.parser()
+    opts = p.parse_args(
+        [
+            "--leader-elect",
+            "--webhook-cert-mode=self-managed",
+            "--webhook-service=svc",
+            "--webhook-secret=cert",
+            "--webhook-configuration=v",
+            f"--webhook-cert-dir={tmp_path}",
+            f"--webhook-port={webhook_port}",
+            f"--health-probe-bind-address=127.0.0.1:{health_port}",
+            "--metrics-bind-address=0",
+            "--devices=sgx",
+        ]
+    )
+    task = asyncio.create_task(cli.amain(opts, {"DEVICEPLUGIN_NAMESPACE": NS, "POD_NAME": "op-1"}))
+    lease_key = ("apis/coordination.k8s.io/v1", "leases", NS, "d1c7b6d5.intel.com")
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def ready() -> bool:
+                try:
+                    async with session.get(f"http://127.0.0.1:{health_port}/readyz") as r:
+                        return r.status == 200
+                except aiohttp.ClientConnectionError:
+                    return False
+
+            for _ in range(200):
+                if await ready():
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("operator never became ready")
+            cfg = cluster.objects[
+                ("apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "", "v")
+            ]
+            ca = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"]).decode()
+            ctx = ssl.create_default_context(cadata=ca)
+            ctx.check_hostname = False  # the certificate names the Service, the test dials 127.0.0.1
+            review = {
+                "request": {
+                    "uid": "1",
+                    "operation": "CREATE",
+                    "object": {"spec": {"image": "x/y:1.0.0"}},
+                    "kind": {"group": GROUP, "kind": "SgxDevicePlugin"},
+                }
+            }
+            async with session.post(
+                f"https://127.0.0.1:{webhook_port}{DeviceKind.SGX.validate_path}", json=review, ssl=ctx
+            ) as r:
+                assert (await r.json())["response"]["allowed"] is False
+
+        await eventually(lambda: (DS_PREFIX, "daemonsets", NS, "intel-sgx-plugin-s") in cluster.objects)
+        assert cluster.objects[lease_key]["spec"]["holderIdentity"] == "op-1"
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert cluster.objects[lease_key]["spec"]["holderIdentity"] == ""  # released on the way out
