@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 from intel_device_plugins.operator.kinds import DeviceKind
 
@@ -520,8 +520,7 @@ def parse_spec(kind: DeviceKind, raw: Mapping[str, Any] | None) -> AnySpec:
                 kwargs[f.name] = parsed
     if errors:
         raise SpecError(errors)
-    spec = cls(**kwargs)
-    return spec  # type: ignore[return-value]
+    return cast(AnySpec, cls(**kwargs))
 
 
 def spec_to_dict(spec: CommonSpec) -> dict[str, Any]:
