@@ -176,3 +176,15 @@ def test_secure_metrics(overlay: str) -> None:
         "verbs": ["create"],
     } in rules
     assert {"nonResourceURLs": ["/metrics"], "verbs": ["get"]} in rules
+
+
+def test_manifest_images_match_the_image_module() -> None:
+    from intel_device_plugins.operator import images
+
+    (dep,) = by_kind(render(DEPLOY / "operator" / "default"), "Deployment")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == images.operator_image()
+    for _, sample in SAMPLES:
+        kind = DeviceKind.from_kind(sample["kind"])
+        assert sample["spec"]["image"] == images.default_plugin_image(kind)
+        if "initImage" in sample["spec"]:
+            assert sample["spec"]["initImage"] == images.default_init_image(kind)
