@@ -188,3 +188,16 @@ def test_manifest_images_match_the_image_module() -> None:
         assert sample["spec"]["image"] == images.default_plugin_image(kind)
         if "initImage" in sample["spec"]:
             assert sample["spec"]["initImage"] == images.default_init_image(kind)
+
+
+def test_ha_overlay() -> None:
+    docs = render(DEPLOY / "operator" / "overlays" / "ha")
+    (dep,) = by_kind(docs, "Deployment")
+    (pdb,) = by_kind(docs, "PodDisruptionBudget")
+    assert (
+        dep["spec"]["replicas"] == 2
+        and "--leader-elect" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert pdb["metadata"]["namespace"] == dep["metadata"]["namespace"]
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["minAvailable"] == 1
