@@ -126,7 +126,9 @@ class SelfManagedCerts:
         while True:
             try:
                 bundle = await self.ensure()
-                delay = next_check(bundle, dt.datetime.now(dt.UTC))
+                # Look again within minutes even when nothing is due: a re-applied webhook
+                # configuration may have lost its CA bundle.
+                delay = next_check(bundle, dt.datetime.now(dt.UTC), ceiling=dt.timedelta(minutes=5))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
