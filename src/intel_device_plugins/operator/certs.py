@@ -1,0 +1,231 @@
+"""Self-managed webhook certificates: a private CA, a serving certificate, rotation and CA-bundle patches.
+
+Used when the operator runs without cert-manager. The certificates live in one Secret (keys ``ca.crt``,
+``ca.key``, ``tls.crt``, ``tls.key`` and, during a CA rollover, ``ca-previous.crt``); every replica serves
+from it and the leader renews it. All decisions here are pure functions of the Secret data and the clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_VALIDITY: Final = dt.timedelta(days=3650)
+SERVING_VALIDITY: Final = dt.timedelta(days=365)
+#: Renew when less than this fraction of the lifetime is left.
+RENEW_FRACTION: Final = 1 / 3
+#: Backdating absorbs clock skew between the operator and the API server.
+BACKDATE: Final = dt.timedelta(minutes=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class CertBundle:
+    """PEM-encoded CA and serving key pairs, plus the previous CA kept in the bundle during a rollover."""
+
+    ca_cert: bytes
+    ca_key: bytes
+    tls_cert: bytes
+    tls_key: bytes
+    previous_ca_cert: bytes = b""
+
+    def to_secret_data(self) -> dict[str, str]:
+        """Base64 ``data`` of the Secret."""
+        out = {
+            "ca.crt": self.ca_cert,
+            "ca.key": self.ca_key,
+            "tls.crt": self.tls_cert,
+            "tls.key": self.tls_key,
+        }
+        if self.previous_ca_cert:
+            out["ca-previous.crt"] = self.previous_ca_cert
+        return {k: base64.b64encode(v).decode() for k, v in out.items()}
+
+    @classmethod
+    def from_secret_data(cls, data: Mapping[str, str] | None) -> CertBundle | None:
+        """Bundle from a Secret's base64 ``data``; None when keys are missing or not base64."""
+        if not data:
+            return None
+        try:
+            raw = {k: base64.b64decode(v, validate=True) for k, v in data.items()}
+            return cls(
+                raw["ca.crt"], raw["ca.key"], raw["tls.crt"], raw["tls.key"], raw.get("ca-previous.crt", b"")
+            )
+        except (KeyError, ValueError):
+            return None
+
+    def ca_bundle(self) -> bytes:
+        """PEM CA bundle for the webhook configurations: current CA plus, during a rollover, the previous."""
+        return self.ca_cert + self.previous_ca_cert
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def new_ca(now: dt.datetime, common_name: str = "intel-deviceplugin-operator-ca") -> tuple[bytes, bytes]:
+    """Fresh self-signed CA (cert PEM, key PEM)."""
+    key = _key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + CA_VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
+def new_serving(
+    ca_cert: bytes, ca_key: bytes, dns_names: Sequence[str], now: dt.datetime
+) -> tuple[bytes, bytes]:
+    """Serving certificate for ``dns_names`` signed by the CA (cert PEM, key PEM)."""
+    ca = x509.load_pem_x509_certificate(ca_cert)
+    signer = serialization.load_pem_private_key(ca_key, password=None)
+    if not isinstance(signer, ec.EllipticCurvePrivateKey):
+        raise ValueError("CA key is not an EC key")
+    key = _key()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + SERVING_VALIDITY)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(signer, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
+def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
+    """Names the API server may use to reach the webhook Service."""
+    return (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
+
+
+def _due(cert: x509.Certificate, now: dt.datetime) -> bool:
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    return now >= end - (end - start) * RENEW_FRACTION
+
+
+def renewal_reason(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.datetime) -> str:
+    """Why the bundle must be (re)issued, or "" when it is good. Never raises on garbage input."""
+    if bundle is None:
+        return "no certificate yet"
+    try:
+        ca = x509.load_pem_x509_certificate(bundle.ca_cert)
+        tls = x509.load_pem_x509_certificate(bundle.tls_cert)
+        serialization.load_pem_private_key(bundle.tls_key, password=None)
+        serialization.load_pem_private_key(bundle.ca_key, password=None)
+    except ValueError:
+        return "stored certificate or key does not parse"
+    if _due(ca, now):
+        return "CA certificate is due for renewal"
+    if tls.issuer != ca.subject:
+        return "serving certificate was not issued by the stored CA"
+    try:
+        tls.verify_directly_issued_by(ca)
+    except (InvalidSignature, ValueError, TypeError):
+        return "serving certificate signature does not match the CA"
+    if _due(tls, now):
+        return "serving certificate is due for renewal"
+    try:
+        sans = set(
+            tls.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+                x509.DNSName
+            )
+        )
+    except x509.ExtensionNotFound:
+        sans = set()
+    if not set(dns_names) <= sans:
+        return "serving certificate does not cover the Service DNS names"
+    return ""
+
+
+def issue(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.datetime) -> CertBundle:
+    """New bundle: keep a CA that is still good, else start a new CA and keep the old one in the bundle."""
+    reuse_ca = False
+    if bundle is not None:
+        try:
+            reuse_ca = not _due(x509.load_pem_x509_certificate(bundle.ca_cert), now)
+            serialization.load_pem_private_key(bundle.ca_key, password=None)
+        except ValueError:
+            reuse_ca = False
+    if bundle is not None and reuse_ca:
+        ca_cert, ca_key, previous = bundle.ca_cert, bundle.ca_key, bundle.previous_ca_cert
+        if previous and _expired(previous, now):
+            previous = b""
+    else:
+        ca_cert, ca_key = new_ca(now)
+        previous = bundle.ca_cert if bundle is not None and not _expired(bundle.ca_cert, now) else b""
+    tls_cert, tls_key = new_serving(ca_cert, ca_key, dns_names, now)
+    return CertBundle(ca_cert, ca_key, tls_cert, tls_key, previous)
+
+
+def _expired(pem: bytes, now: dt.datetime) -> bool:
+    try:
+        return x509.load_pem_x509_certificate(pem).not_valid_after_utc <= now
+    except ValueError:
+        return True
+
+
+def next_check(bundle: CertBundle, now: dt.datetime, ceiling: dt.timedelta = dt.timedelta(hours=1)) -> float:
+    """Seconds until the bundle should be looked at again (at renewal time, at most ``ceiling``)."""
+    tls = x509.load_pem_x509_certificate(bundle.tls_cert)
+    start, end = tls.not_valid_before_utc, tls.not_valid_after_utc
+    due = end - (end - start) * RENEW_FRACTION
+    return max(1.0, min((due - now).total_seconds(), ceiling.total_seconds()))
+
+
+def ca_bundle_patch(config: Mapping[str, Any], ca_bundle: bytes) -> list[dict[str, Any]]:
+    """JSON patch that sets ``caBundle`` on every webhook of a configuration; empty when already set."""
+    wanted = base64.b64encode(ca_bundle).decode()
+    ops: list[dict[str, Any]] = []
+    for i, hook in enumerate(config.get("webhooks") or ()):
+        cc = hook.get("clientConfig") or {}
+        if cc.get("caBundle") != wanted:
+            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted})
+    if ops:
+        # Guard against a concurrent reorder of the list between our read and the patch.
+        names = [
+            {"op": "test", "path": f"/webhooks/{i}/name", "value": h.get("name")}
+            for i, h in enumerate(config.get("webhooks") or ())
+        ]
+        ops = names + ops
+    return ops

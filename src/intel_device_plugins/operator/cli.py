@@ -1,0 +1,272 @@
+"""``intel_deviceplugin_operator``: command line, wiring and lifecycle of the operator process.
+
+Flags keep upstream's names and defaults and accept one or two leading dashes. The process serves the
+webhooks and health endpoints at once; the controllers run directly, or only while this replica holds the
+Lease with ``--leader-elect``. A replica that loses the Lease exits non-zero so Kubernetes restarts it clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+from lightkube import AsyncClient
+
+from intel_device_plugins.operator.certs import service_dns_names
+from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
+from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
+from intel_device_plugins.operator.metrics import Metrics
+from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
+from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+from intel_device_plugins.operator.webhook_server import (
+    ServingCert,
+    health_app,
+    metrics_app,
+    parse_bind,
+    start,
+    webhook_app,
+)
+
+DEFAULT_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
+log = logging.getLogger("intel_deviceplugin_operator")
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """No abbreviations (as Go's flag package): an abbreviation that works today changes meaning tomorrow."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        return []  # Python 3.11 still matches single-dash prefixes with allow_abbrev=False
+
+
+def go_bool(text: str) -> bool:
+    """Go flag booleans: ``-flag``, ``-flag=true``, ``-flag=false`` (and 1/0, t/f)."""
+    lowered = text.strip().lower()
+    if lowered in ("1", "t", "true"):
+        return True
+    if lowered in ("0", "f", "false"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="intel_deviceplugin_operator", description="Installs and manages Intel device plugins from CRs."
+    )
+    p.add_argument("--metrics-bind-address", default=":8080", help="metrics address; 0 disables")
+    p.add_argument("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address")
+    p.add_argument(
+        "--deviceplugin-namespace",
+        default="kube-system",
+        help="namespace of the plugin DaemonSets (env DEVICEPLUGIN_NAMESPACE wins)",
+    )
+    for flag, text in (
+        ("--leader-elect", "reconcile only while holding the Lease"),
+        ("--metrics-secure", "serve metrics over HTTPS to authorised tokens only"),
+        ("--enable-http2", "accepted for compatibility; HTTP/1.1 is used"),
+    ):
+        p.add_argument(flag, nargs="?", const=True, default=False, type=go_bool, help=text)
+    p.add_argument(
+        "--devices",
+        action="append",
+        default=None,
+        metavar="DEVICE",
+        help="enable this device's controller (repeatable): " + " ".join(k.value for k in DeviceKind),
+    )
+    p.add_argument("--webhook-port", type=int, default=9443)
+    p.add_argument("--webhook-cert-dir", default=DEFAULT_CERT_DIR)
+    p.add_argument(
+        "--webhook-cert-mode",
+        choices=("files", "self-managed"),
+        default="files",
+        help="files: read tls.crt/tls.key (cert-manager); self-managed: issue, rotate and inject",
+    )
+    p.add_argument("--webhook-service", default="webhook-service", help="Service name (self-managed mode)")
+    p.add_argument("--webhook-secret", default="webhook-server-cert", help="Secret name (self-managed mode)")
+    p.add_argument(
+        "--webhook-configuration",
+        action="append",
+        default=[],
+        help="webhook configuration to inject the CA into (self-managed mode, repeatable)",
+    )
+    p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
+    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
+    return p
+
+
+def normalise_dashes(argv: Sequence[str], p: argparse.ArgumentParser) -> list[str]:
+    """Rewrite Go-style ``-flag`` to ``--flag`` for every long option the parser knows."""
+    longs = {s[2:] for a in p._actions for s in a.option_strings if s.startswith("--")}
+    out = []
+    for arg in argv:
+        name = arg[1:].split("=", 1)[0]
+        out.append("-" + arg if arg.startswith("-") and not arg.startswith("--") and name in longs else arg)
+    return out
+
+
+def select_devices(values: Sequence[str] | None) -> tuple[DeviceKind, ...]:
+    """Enabled kinds from ``--devices``; unknown or repeated names are usage errors (upstream's messages)."""
+    if not values:
+        return tuple(DeviceKind)
+    chosen: list[DeviceKind] = []
+    for raw in values:
+        for v in raw.split(","):
+            try:
+                kind = DeviceKind(v)
+            except ValueError:
+                raise UsageError(f"Unsupported device: {v}") from None
+            if kind in chosen:
+                raise UsageError(f"Duplicate device: {v}")
+            chosen.append(kind)
+    return tuple(chosen)
+
+
+def image_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``*_SHA`` image overrides from the environment."""
+    return {k: v for k, v in env.items() if k.endswith("_SHA") and v}
+
+
+def identity(env: Mapping[str, str]) -> str:
+    return env.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def install_signal_handlers(task: asyncio.Task[int]) -> None:
+    """SIGTERM/SIGINT cancel ``task``; cancelling the main task unwinds everything and releases the Lease."""
+    loop = task.get_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, task.cancel)
+
+
+async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
+    namespace = env.get("DEVICEPLUGIN_NAMESPACE") or opts.deviceplugin_namespace
+    kinds = select_devices(opts.devices)
+    metrics = Metrics()
+    client = AsyncClient(field_manager=FIELD_MANAGER)
+    serving = ServingCert(Path(opts.webhook_cert_dir))
+    background: list[asyncio.Task[None]] = []
+    runners = []
+    webhook_started = asyncio.Event()
+    try:
+        if opts.webhook_cert_mode == "self-managed":
+            certs = SelfManagedCerts(
+                client,
+                SelfManagedConfig(
+                    namespace,
+                    opts.webhook_secret,
+                    service_dns_names(opts.webhook_service, namespace),
+                    tuple(opts.webhook_configuration),
+                    Path(opts.webhook_cert_dir),
+                ),
+            )
+            background.append(asyncio.create_task(certs.run()))
+        background.append(asyncio.create_task(serving.watch(2.0)))
+        host, port = parse_bind(opts.health_probe_bind_address)
+        if port:
+            runners.append(await start(health_app(webhook_started.is_set), host, port))
+
+        async def serve(app: web.Application, host: str, port: int, tls: bool, what: str) -> None:
+            """Start a server once its certificate is there; a failure is logged, never silent."""
+            try:
+                if tls:
+                    await _wait_loaded(serving)
+                runners.append(await start(app, host, port, serving.context if tls else None))
+                log.info("%s listening on %s:%d", what, host, port)
+            except OSError as exc:
+                log.error("%s cannot listen on %s:%d: %s", what, host, port, exc)
+                raise
+
+        host, port = parse_bind(opts.metrics_bind_address)
+        if port:
+            auth = CachedAuthorizer(api_authorizer(client)) if opts.metrics_secure else None
+            background.append(
+                asyncio.create_task(
+                    serve(metrics_app(metrics, auth), host, port, opts.metrics_secure, "metrics server")
+                )
+            )
+
+        async def serve_webhooks() -> None:
+            await serve(webhook_app(metrics), "", opts.webhook_port, True, "webhook server")
+            webhook_started.set()
+
+        background.append(asyncio.create_task(serve_webhooks()))
+        config = ControllerConfig(
+            namespace, kinds, image_env(env), env.get("DEVICEPLUGIN_SECRET", ""), workers=opts.workers
+        )
+        log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
+        if not opts.leader_elect:
+            metrics.leader = 1
+            await run_controllers(config, metrics)
+            return 0
+        elector = LeaderElector(client, ElectionConfig(namespace, identity(env)))
+
+        async def lead() -> None:
+            metrics.leader = 1
+            await run_controllers(config, metrics)
+
+        await elector.run(lead)
+        metrics.leader = 0
+        return 1 if elector.lost else 0
+    finally:
+        for t in background:
+            t.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        for r in runners:
+            await r.cleanup()
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+async def _wait_loaded(serving: ServingCert) -> None:
+    while not serving.loaded:
+        serving.reload_if_changed()
+        if not serving.loaded:
+            await asyncio.sleep(0.5)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    opts = p.parse_args(normalise_dashes(list(sys.argv[1:] if argv is None else argv), p))
+    logging.basicConfig(
+        level=logging.DEBUG if opts.verbosity >= 2 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        select_devices(opts.devices)
+    except UsageError as exc:
+        log.error("%s", exc)
+        return 1
+
+    async def runner() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        install_signal_handlers(task)
+        try:
+            return await amain(opts, dict(os.environ))
+        except asyncio.CancelledError:
+            return 0
+
+    return asyncio.run(runner())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""No-cert-manager mode: keep the serving certificate in a Secret, on disk and in the webhook configs.
+
+Any replica may renew: the Secret is replaced with its resourceVersion, so of two racing replicas one wins and
+the other re-reads. The CA bundle patch is idempotent, so every replica applies it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.admissionregistration_v1 import (
+    MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration,
+)
+from lightkube.resources.core_v1 import Secret
+from lightkube.types import PatchType
+
+from intel_device_plugins.operator.apierrors import is_status
+from intel_device_plugins.operator.certs import CertBundle, ca_bundle_patch, issue, next_check, renewal_reason
+from intel_device_plugins.operator.webhook_server import CERT_FILE, KEY_FILE
+
+log = logging.getLogger(__name__)
+
+
+def write_pair(cert_dir: Path, bundle: CertBundle) -> None:
+    """Write tls.crt/tls.key atomically (rename), so the reloader never sees half a pair."""
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in ((KEY_FILE, bundle.tls_key), (CERT_FILE, bundle.tls_cert)):
+        tmp = cert_dir / f".{name}.tmp"
+        tmp.write_bytes(data)
+        tmp.chmod(0o600)
+        tmp.replace(cert_dir / name)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfManagedConfig:
+    namespace: str
+    secret: str
+    dns_names: tuple[str, ...]
+    configurations: tuple[str, ...]
+    cert_dir: Path
+
+
+class SelfManagedCerts:
+    """Creates, renews and distributes the webhook certificate."""
+
+    def __init__(self, client: AsyncClient, config: SelfManagedConfig) -> None:
+        self.client = client
+        self.cfg = config
+
+    async def _read(self) -> tuple[Secret | None, CertBundle | None]:
+        try:
+            secret = await self.client.get(Secret, self.cfg.secret, namespace=self.cfg.namespace)
+        except Exception as exc:
+            if is_status(exc, 404):
+                return None, None
+            raise
+        return secret, CertBundle.from_secret_data(secret.data)
+
+    async def ensure(self, now: dt.datetime | None = None) -> CertBundle:
+        """Make sure a good bundle is stored, on disk and injected; returns it."""
+        now = now or dt.datetime.now(dt.UTC)
+        for _ in range(5):
+            secret, bundle = await self._read()
+            reason = renewal_reason(bundle, self.cfg.dns_names, now)
+            if not reason and bundle is not None:
+                break
+            log.info("issuing webhook certificate: %s", reason)
+            fresh = issue(bundle, self.cfg.dns_names, now)
+            try:
+                if secret is None:
+                    await self.client.create(
+                        Secret(
+                            metadata=ObjectMeta(name=self.cfg.secret, namespace=self.cfg.namespace),
+                            type="Opaque",
+                            data=fresh.to_secret_data(),
+                        )
+                    )
+                else:
+                    secret.data = fresh.to_secret_data()
+                    await self.client.replace(secret)
+            except Exception as exc:
+                if is_status(exc, 409):  # another replica renewed first: use theirs
+                    continue
+                raise
+            bundle = fresh
+            break
+        else:
+            raise RuntimeError("could not store the webhook certificate after 5 attempts")
+        write_pair(self.cfg.cert_dir, bundle)
+        await self.inject(bundle)
+        return bundle
+
+    async def inject(self, bundle: CertBundle) -> None:
+        """Set caBundle on every webhook of the named configurations (whichever kind each one is)."""
+        for name in self.cfg.configurations:
+            await self._inject_one(name, bundle)
+
+    async def _inject_one(self, name: str, bundle: CertBundle) -> None:
+        kinds: Sequence[Any] = (MutatingWebhookConfiguration, ValidatingWebhookConfiguration)
+        for res in kinds:
+            try:
+                obj = await self.client.get(res, name)
+            except Exception as exc:
+                if is_status(exc, 403, 404):
+                    continue
+                raise
+            ops = ca_bundle_patch(obj.to_dict(), bundle.ca_bundle())
+            if ops:
+                await self.client.patch(res, name, ops, patch_type=PatchType.JSON)
+                log.info("injected CA bundle into %s %s", res.__name__, name)
+            return
+        log.warning("webhook configuration %s not found", name)
+
+    async def run(self) -> None:
+        """Keep the certificate fresh forever; errors are retried, never fatal."""
+        delay = 1.0
+        while True:
+            try:
+                bundle = await self.ensure()
+                # Look again within minutes even when nothing is due: a re-applied webhook
+                # configuration may have lost its CA bundle.
+                delay = next_check(bundle, dt.datetime.now(dt.UTC), ceiling=dt.timedelta(minutes=5))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("certificate maintenance failed: %s", exc)
+                delay = min(max(delay * 2, 2.0), 60.0)
+            await asyncio.sleep(delay)

@@ -1,0 +1,174 @@
+"""Defaulting and validation of the device plugin CRs (§1.3), as pure functions over the typed model.
+
+Messages keep upstream's wording but always name the field, e.g. ``spec.image: incorrect image name …``.
+Deliberate differences from upstream, each of which only accepts more:
+- DLB and FPGA init images use the names the shipped images have (``…-initcontainer``); the legacy
+  ``…-initimage`` names are still accepted. Upstream rejected its own samples.
+- FPGA ``initImage`` may be empty; the DaemonSet then uses the default FPGA init image.
+- A semver tag below the minimum is accepted with a warning, as the controller deploys the minimum anyway;
+  this lets CRs written for older operator releases apply unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from intel_device_plugins.operator.imageref import SemVerError, parse_image, parse_semver
+from intel_device_plugins.operator.images import (
+    IMAGE_VENDOR,
+    PLUGIN_IMAGE_VERSION,
+    accepted_init_image_names,
+    default_plugin_image,
+    plugin_image_name,
+)
+from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.operator.model import (
+    AnySpec,
+    DsaSpec,
+    FieldError,
+    FpgaSpec,
+    GpuSpec,
+    IaaSpec,
+    QatSpec,
+    SpecError,
+    parse_spec,
+)
+
+MESSAGE_PREFIX: Final = "invalid resource: "
+_PCI_ID_RE: Final = re.compile(r"^0x[0-9a-f]{4}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Outcome of validation: the errors that reject the CR and warnings that do not."""
+
+    errors: tuple[FieldError, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return not self.errors
+
+    @property
+    def message(self) -> str:
+        return MESSAGE_PREFIX + "; ".join(str(e) for e in self.errors) if self.errors else ""
+
+
+def default_spec(kind: DeviceKind, raw_spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """JSON patch-free defaulting: returns the spec with an empty ``image`` set to the default plugin image.
+
+    Works on the raw JSON so fields this model does not know (none, after pruning) are preserved.
+    """
+    out = dict(raw_spec or {})
+    if not out.get("image"):
+        out["image"] = default_plugin_image(kind)
+    return out
+
+
+def check_image(
+    path: str, image: str, accepted_names: tuple[str, ...]
+) -> tuple[FieldError | None, str | None]:
+    """Check one image reference; returns (error, warning)."""
+    ref = parse_image(image)
+    expected = accepted_names[0]
+    if ref.digest:
+        if not ref.has_valid_digest:
+            return FieldError(
+                path, f'incorrect image digest "{ref.digest}": expected sha256:<64 hex digits>'
+            ), None
+        if ref.name in accepted_names:
+            return None, None
+    if not ref.tag:
+        return FieldError(path, f'incorrect image field "{image}"'), None
+    if ref.name not in accepted_names:
+        return FieldError(
+            path, f"incorrect image name \"{ref.name}\". Make sure you use '{IMAGE_VENDOR}/{expected}'"
+        ), None
+    try:
+        version = parse_semver(ref.tag)
+    except SemVerError as exc:
+        return FieldError(path, f"{exc}: Make sure it's either valid SHA digest or semver tag"), None
+    if version < parse_semver(PLUGIN_IMAGE_VERSION):
+        return None, (
+            f'{path}: version "{ref.tag}" is lower than "{PLUGIN_IMAGE_VERSION}"; '
+            f"the operator deploys {ref.with_tag(PLUGIN_IMAGE_VERSION)}"
+        )
+    return None, None
+
+
+def _pci_ids(path: str, value: str, label: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for item in value.split(","):
+        if not item:
+            errors.append(FieldError(path, f"Empty PCI Device ID in {label}"))
+        elif not _PCI_ID_RE.match(item):
+            errors.append(FieldError(path, f"Invalid PCI Device ID: {item}"))
+    return errors
+
+
+def validate_spec(spec: AnySpec) -> Verdict:
+    """All rules of §1.3 for the spec's kind; old objects are not consulted, so create and update agree."""
+    kind = spec.KIND
+    errors: list[FieldError] = []
+    warnings: list[str] = []
+
+    def image(path: str, value: str, names: tuple[str, ...]) -> None:
+        err, warn = check_image(path, value, names)
+        if err:
+            errors.append(err)
+        if warn:
+            warnings.append(warn)
+
+    if isinstance(spec, GpuSpec):
+        policy = spec.preferred_allocation_policy
+        if policy in ("packed", "balanced") and spec.shared_dev_num <= 1:
+            errors.append(
+                FieldError(
+                    "spec.preferredAllocationPolicy",
+                    f"'{policy}' PreferredAllocationPolicy is valid only when setting sharedDevNum > 1",
+                )
+            )
+        if spec.allow_ids:
+            errors += _pci_ids("spec.allowIDs", spec.allow_ids, "AllowIDs")
+        if spec.deny_ids:
+            errors += _pci_ids("spec.denyIDs", spec.deny_ids, "DenyIDs")
+        if spec.allow_ids and spec.deny_ids:
+            errors.append(FieldError("spec.denyIDs", "AllowIDs and DenyIDs cannot be used together"))
+        if spec.resource_manager:
+            warnings.append("spec.resourceManager is deprecated and ignored")
+    if isinstance(spec, (DsaSpec, IaaSpec, QatSpec)) and spec.provisioning_config and not spec.init_image:
+        errors.append(FieldError("spec.initImage", "ProvisioningConfig is set with no InitImage"))
+    if (
+        isinstance(spec, QatSpec)
+        and spec.provisioning_config
+        and not ({"4xxxvf", "420xxvf"} & set(spec.kernel_vf_drivers))
+    ):
+        errors.append(
+            FieldError(
+                "spec.provisioningConfig", "ProvisioningConfig is available only for 4xxx and 420xx devices"
+            )
+        )
+    if isinstance(spec, FpgaSpec) and not spec.init_image:
+        warnings.append("spec.initImage is empty; the default FPGA init image is used")
+
+    init_names = accepted_init_image_names(kind)
+    init_image = getattr(spec, "init_image", "")
+    if init_image and init_names and kind is not DeviceKind.GPU:
+        image("spec.initImage", init_image, init_names)
+    if not spec.image:
+        errors.append(FieldError("spec.image", "must not be empty (the defaulting webhook sets it)"))
+    else:
+        image("spec.image", spec.image, (plugin_image_name(kind),))
+    return Verdict(tuple(errors), tuple(warnings))
+
+
+def validate_object(kind: DeviceKind, obj: Mapping[str, Any]) -> Verdict:
+    """Validate a whole CR object (as received by the webhook): parse the spec, then apply the rules."""
+    try:
+        spec = parse_spec(kind, obj.get("spec"))
+    except SpecError as exc:
+        return Verdict(exc.errors)
+    return validate_spec(spec)

@@ -1,0 +1,68 @@
+"""A de-duplicating work queue with per-key back-off, as controllers need.
+
+A key that is queued again while waiting is processed once; a key queued while being processed is processed
+again afterwards, so no change is lost and no key is reconciled by two workers at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Hashable
+from typing import Final, Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+BASE_DELAY_S: Final = 0.2
+MAX_DELAY_S: Final = 30.0
+
+
+def backoff(failures: int, base: float = BASE_DELAY_S, ceiling: float = MAX_DELAY_S) -> float:
+    """Delay before retry number ``failures`` (1-based): exponential, capped."""
+    return float(min(ceiling, base * 2 ** max(0, failures - 1)))
+
+
+@dataclasses.dataclass
+class WorkQueue(Generic[K]):
+    """FIFO of distinct keys; ``get`` hands a key out exclusively until ``done``."""
+
+    _queue: asyncio.Queue[K] = dataclasses.field(default_factory=asyncio.Queue)
+    _waiting: set[K] = dataclasses.field(default_factory=set)
+    _active: set[K] = dataclasses.field(default_factory=set)
+    _dirty: set[K] = dataclasses.field(default_factory=set)
+    _failures: dict[K, int] = dataclasses.field(default_factory=dict)
+
+    def add(self, key: K) -> None:
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._waiting:
+            self._waiting.add(key)
+            self._queue.put_nowait(key)
+
+    def add_after(self, key: K, delay: float) -> None:
+        asyncio.get_running_loop().call_later(delay, self.add, key)
+
+    async def get(self) -> K:
+        key = await self._queue.get()
+        self._waiting.discard(key)
+        self._active.add(key)
+        return key
+
+    def done(self, key: K, *, failed: bool = False) -> float | None:
+        """Release ``key``; on failure schedule a retry and return its delay."""
+        self._active.discard(key)
+        delay = None
+        if failed:
+            n = self._failures.get(key, 0) + 1
+            self._failures[key] = n
+            delay = backoff(n)
+            self.add_after(key, delay)
+        else:
+            self._failures.pop(key, None)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self.add(key)
+        return delay
+
+    def __len__(self) -> int:
+        return len(self._waiting)

@@ -1,0 +1,410 @@
+"""The reconcile shell against an in-memory stand-in for the API: apply, status, conflicts, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import Status
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Event, Pod
+from lightkube.types import PatchType
+
+from intel_device_plugins.operator.controller import (
+    FIELD_MANAGER,
+    ControllerConfig,
+    Reconciler,
+    build_registry,
+    kopf_settings,
+    owner_key,
+)
+from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.operator.metrics import Metrics
+from intel_device_plugins.operator.workqueue import WorkQueue, backoff
+
+NS = "plugins"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch, as the API server applies it."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def ds_status(desired: int, ready: int) -> dict[str, int]:
+    return {
+        "desiredNumberScheduled": desired,
+        "numberReady": ready,
+        "currentNumberScheduled": desired,
+        "numberMisscheduled": 0,
+    }
+
+
+class FakeApi:
+    """Stores CRs, DaemonSets, pods and events as dicts; records the calls the reconciler makes."""
+
+    def __init__(self) -> None:
+        self.crs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.daemonsets: dict[str, dict[str, Any]] = {}
+        self.pods: list[dict[str, Any]] = []
+        self.events: list[Event] = []
+        self.applies: list[dict[str, Any]] = []
+        self.status_patches: list[tuple[str, dict[str, Any]]] = []
+        self.fail_next = 0
+
+    def add_cr(self, kind: DeviceKind, name: str, spec: dict[str, Any]) -> None:
+        self.crs[(kind.plural, name)] = {
+            "apiVersion": "deviceplugin.intel.com/v1",
+            "kind": kind.kind,
+            "metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
+            "spec": spec,
+        }
+
+    def _maybe_fail(self) -> None:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise ConnectionError("api server restarting")
+
+    async def get(self, res: Any, name: str) -> Any:
+        self._maybe_fail()
+        key = (res._api_info.plural, name)
+        if key not in self.crs:
+            raise ApiError(status=Status(code=404, message="not found"))
+        return res.from_dict(copy.deepcopy(self.crs[key]))
+
+    async def patch(
+        self,
+        res: Any,
+        name: str,
+        obj: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.STRATEGIC,
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> Any:
+        self._maybe_fail()
+        if res is DaemonSet:
+            assert patch_type is PatchType.APPLY and field_manager == FIELD_MANAGER and force
+            assert namespace == NS
+            self.applies.append(copy.deepcopy(obj))
+            stored = copy.deepcopy(obj)
+            stored["metadata"]["uid"] = f"ds-{name}"
+            stored["status"] = self.daemonsets.get(name, {}).get("status", ds_status(0, 0))
+            self.daemonsets[name] = stored
+            return DaemonSet.from_dict(stored)
+        assert patch_type is PatchType.MERGE
+        plural = res._api_info.plural
+        cr = self.crs[(plural, name)]
+        cr["status"] = merge_patch(cr.get("status") or {}, obj["status"])
+        self.status_patches.append((name, obj["status"]))
+        return None
+
+    def list(
+        self,
+        res: Any,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        chunk_size: int | None = None,
+    ) -> AsyncIterator[Any]:
+        async def gen() -> AsyncIterator[Any]:
+            if res is Pod:
+                for pod in self.pods:
+                    if all(pod["metadata"].get("labels", {}).get(k) == v for k, v in (labels or {}).items()):
+                        yield Pod.from_dict(copy.deepcopy(pod))
+            else:
+                for (plural, _), cr in self.crs.items():
+                    if plural == res._api_info.plural:
+                        yield res.from_dict(copy.deepcopy(cr))
+
+        return gen()
+
+    async def create(self, obj: Any) -> Any:
+        self.events.append(obj)
+        return obj
+
+    def add_pod(self, kind: DeviceKind, cr: str, node: str) -> None:
+        self.pods.append(
+            {
+                "metadata": {
+                    "name": f"{cr}-{node}",
+                    "namespace": NS,
+                    "labels": {"app": kind.daemonset_base},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "name": kind.daemonset_name(cr),
+                            "uid": "x",
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+            }
+        )
+
+
+def make(
+    api: FakeApi, env: dict[str, str] | None = None, kinds: tuple[DeviceKind, ...] = ALL_KINDS
+) -> Reconciler:
+    cfg = ControllerConfig(NS, kinds, env or {}, pull_secret="")
+    return Reconciler(cast(AsyncClient, api), cfg, Metrics(), now=lambda: "2026-11-22T10:00:00Z")
+
+
+GPU = {"image": "intel/intel-gpu-plugin:0.36.0", "nodeSelector": {"gpu": "yes"}}
+
+
+async def test_reconcile_applies_owned_daemonset_and_writes_status_once() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    (applied,) = api.applies
+    assert applied["metadata"]["name"] == "intel-gpu-plugin-a"
+    assert applied["metadata"]["ownerReferences"][0]["uid"] == "uid-a"
+    assert applied["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "yes"}
+    assert len(api.status_patches) == 1
+    status = api.crs[("gpudeviceplugins", "a")]["status"]
+    assert status["controlledDaemonSet"]["name"] == "intel-gpu-plugin-a"
+    assert status["conditions"][0]["type"] == "NodeConflict" and status["conditions"][0]["status"] == "False"
+
+    await rec.reconcile(DeviceKind.GPU, "a")  # nothing changed: same apply body, no status write
+    assert api.applies[1] == api.applies[0] and len(api.status_patches) == 1
+
+    api.daemonsets["intel-gpu-plugin-a"]["status"] = ds_status(2, 1)
+    api.add_pod(DeviceKind.GPU, "a", "n2")
+    api.add_pod(DeviceKind.GPU, "a", "n1")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    status = api.crs[("gpudeviceplugins", "a")]["status"]
+    assert (status["desiredNumberScheduled"], status["numberReady"], status["nodeNames"]) == (
+        2,
+        1,
+        ["n1", "n2"],
+    )
+
+
+async def test_sha_override_reaches_the_daemonset() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.SGX, "s", {"image": "intel/intel-sgx-plugin:0.36.0"})
+    pinned = "intel/intel-sgx-plugin@sha256:" + "a" * 64
+    await make(api, {"INTEL_SGX_PLUGIN_SHA": pinned}).reconcile(DeviceKind.SGX, "s")
+    assert api.applies[0]["spec"]["template"]["spec"]["containers"][0]["image"] == pinned
+    assert api.crs[("sgxdeviceplugins", "s")]["spec"]["image"] == "intel/intel-sgx-plugin:0.36.0"
+
+
+async def test_deleted_cr_is_quietly_done() -> None:
+    api = FakeApi()
+    await make(api).reconcile(DeviceKind.QAT, "gone")
+    assert api.applies == [] and api.status_patches == []
+
+
+async def test_invalid_spec_reports_instead_of_applying() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "bad", {"sharedDevNum": "lots"})
+    await make(api).reconcile(DeviceKind.GPU, "bad")
+    assert api.applies == []
+    cond = api.crs[("gpudeviceplugins", "bad")]["status"]["conditions"][0]
+    assert cond["type"] == "SpecValid" and "spec.sharedDevNum" in cond["message"]
+    assert api.events[0].reason == "InvalidSpec"
+
+
+async def test_overlapping_crs_get_condition_and_event() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    api.add_cr(DeviceKind.GPU, "b", GPU)
+    for cr, node in (("a", "n1"), ("a", "n2"), ("b", "n2")):
+        api.add_pod(DeviceKind.GPU, cr, node)
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    cond = api.crs[("gpudeviceplugins", "a")]["status"]["conditions"][0]
+    assert cond["status"] == "True" and "GpuDevicePlugin b on n2" in cond["message"]
+    assert [e.reason for e in api.events] == ["NodeConflict"]
+    assert api.events[0].involvedObject is not None and api.events[0].involvedObject.name == "a"
+    assert len(rec.queue) == 1  # b is queued to learn about the conflict too
+    assert await rec.queue.get() == (DeviceKind.GPU, "b")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert len(api.events) == 1  # no repeated event while the conflict persists
+
+
+async def test_disabled_kinds_are_not_queued() -> None:
+    rec = make(FakeApi(), kinds=(DeviceKind.GPU,))
+    rec.enqueue(DeviceKind.QAT, "x")
+    rec.enqueue(DeviceKind.GPU, "")
+    assert len(rec.queue) == 0
+    rec.enqueue(DeviceKind.GPU, "y")
+    rec.enqueue(DeviceKind.GPU, "y")
+    assert len(rec.queue) == 1
+
+
+async def test_worker_survives_api_errors_and_retries() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.NPU, "n", {"image": "intel/intel-npu-plugin:0.36.0"})
+    api.fail_next = 2
+    rec = make(api)
+    rec.enqueue(DeviceKind.NPU, "n")
+    task = asyncio.create_task(rec.run())
+    for _ in range(100):
+        if api.applies:
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert api.applies and rec.metrics.reconcile_errors == 2
+
+
+def test_owner_key() -> None:
+    ds = {
+        "metadata": {
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Thing", "name": "t", "controller": False},
+                {
+                    "apiVersion": "deviceplugin.intel.com/v1",
+                    "kind": "DsaDevicePlugin",
+                    "name": "d",
+                    "controller": True,
+                },
+            ]
+        }
+    }
+    assert owner_key(ds, ALL_KINDS) == (DeviceKind.DSA, "d")
+    assert owner_key(ds, (DeviceKind.GPU,)) is None
+    odd = {
+        "metadata": {
+            "ownerReferences": [
+                {"apiVersion": "deviceplugin.intel.com/v1", "kind": "Nope", "name": "x", "controller": True}
+            ]
+        }
+    }
+    assert owner_key(odd, ALL_KINDS) is None
+    assert owner_key({}, ALL_KINDS) is None
+
+
+def test_registry_watches_enabled_kinds_and_owned_daemonsets() -> None:
+    rec = make(FakeApi(), kinds=(DeviceKind.GPU, DeviceKind.QAT))
+    handlers = build_registry(rec)._watching.get_all_handlers()
+    names = {str(h.selector.any_name if h.selector else ""): h for h in handlers}
+    assert sorted(names) == ["daemonsets", "gpudeviceplugins", "qatdeviceplugins"]
+    ds_handler = names["daemonsets"]
+    assert ds_handler.labels == {"app.kubernetes.io/managed-by": "intel-deviceplugin-operator"}
+    settings = kopf_settings()
+    assert settings.peering.standalone and settings.scanning.disabled and not settings.posting.enabled
+
+
+async def test_workqueue_dedupes_and_requeues_dirty_keys() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    q.add("a")
+    q.add("b")
+    assert len(q) == 2
+    key = await q.get()
+    q.add(key)  # changed while being processed
+    assert len(q) == 1
+    q.done(key)
+    assert len(q) == 2
+    assert q.done("b", failed=True) == backoff(1)
+    assert backoff(1) < backoff(2) < backoff(30) == 30.0
+
+
+def test_pod_summary_keeps_what_status_needs() -> None:
+    from intel_device_plugins.operator.controller import _pod_summary
+    from intel_device_plugins.operator.reconcile import nodes_by_daemonset
+
+    owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]
+    running = Pod.from_dict(
+        {
+            "metadata": {"name": "p1", "ownerReferences": owner},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        }
+    )
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
+                ]
+            }
+        }
+    }
+    pending = Pod.from_dict(
+        {
+            "metadata": {"name": "p2", "ownerReferences": owner},
+            "spec": {"affinity": affinity, "containers": [{"name": "c"}]},
+        }
+    )
+    orphan = Pod.from_dict(
+        {"metadata": {"name": "p3"}, "spec": {"nodeName": "n9", "containers": [{"name": "c"}]}}
+    )
+    summaries = [_pod_summary(cast(Pod, p)) for p in (running, pending, orphan)]
+    assert nodes_by_daemonset(summaries) == {"ds": ("n1", "n2")}
+
+
+async def test_status_written_by_an_older_operator_converges() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    api.crs[("gpudeviceplugins", "a")]["status"] = {
+        "desiredNumberScheduled": 0,
+        "numberReady": 0,
+        "nodeNames": None,
+        "controlledDaemonSet": {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": "intel-gpu-plugin-a",
+            "namespace": NS,
+            "uid": "ds-intel-gpu-plugin-a",
+            "resourceVersion": "42",
+        },
+        "somebodyElse": "kept",
+    }
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    status = api.crs[("gpudeviceplugins", "a")]["status"]
+    assert "resourceVersion" not in status["controlledDaemonSet"] and status["somebodyElse"] == "kept"
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert len(api.status_patches) == 1
+
+
+async def test_wait_for_crds_until_served_or_stopped() -> None:
+    import threading
+
+    from intel_device_plugins.operator.controller import wait_for_crds
+
+    class Discovery:
+        def __init__(self) -> None:
+            self.served: set[str] = {"gpudeviceplugins"}
+            self.calls = 0
+
+        def list(self, res: Any, **_: Any) -> AsyncIterator[Any]:
+            self.calls += 1
+            plural = res._api_info.plural
+            if self.calls == 3:
+                self.served.add("qatdeviceplugins")
+
+            async def gen() -> AsyncIterator[Any]:
+                if plural not in self.served:
+                    raise ApiError(status=Status(code=404, message="no such resource"))
+                for _ in ():
+                    yield None
+
+            return gen()
+
+    api = Discovery()
+    stop = threading.Event()
+    kinds = (DeviceKind.GPU, DeviceKind.QAT)
+    assert await wait_for_crds(cast(AsyncClient, api), kinds, stop, retry_s=0.01)
+    assert api.calls == 3
+    stop.set()
+    assert not await wait_for_crds(cast(AsyncClient, Discovery()), (DeviceKind.SGX,), stop, retry_s=0.01)

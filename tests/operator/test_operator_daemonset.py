@@ -1,0 +1,327 @@
+"""DaemonSet builders: per-kind args, images, init containers, volumes, security, selectors, resources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from intel_device_plugins.operator.daemonset import Owner, desired_daemonset, plugin_args, qat_pf_ids
+from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.operator.model import parse_spec
+
+NS = "inteldeviceplugins-system"
+
+
+def build(kind: DeviceKind, spec: dict[str, Any], secret: str = "") -> dict[str, Any]:
+    parsed = parse_spec(kind, {"image": f"intel/intel-{kind.value}-plugin:0.36.0", **spec})
+    return desired_daemonset(parsed, Owner(kind, "sample", "uid-1"), NS, secret)
+
+
+def pod(ds: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+    return spec
+
+
+def container(ds: dict[str, Any]) -> dict[str, Any]:
+    (c,) = pod(ds)["containers"]
+    assert isinstance(c, dict)
+    return c
+
+
+def volumes(ds: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in pod(ds)["volumes"]}
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
+def test_common_shape(kind: DeviceKind) -> None:
+    ds = build(kind, {})
+    meta = ds["metadata"]
+    assert meta["name"] == f"intel-{kind.value}-plugin-sample" and meta["namespace"] == NS
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "deviceplugin.intel.com/v1",
+            "kind": kind.kind,
+            "name": "sample",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    app = {"app": f"intel-{kind.value}-plugin"}
+    assert ds["spec"]["selector"] == {"matchLabels": app}
+    assert ds["spec"]["template"]["metadata"]["labels"] == app
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert pod(ds)["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    assert "tolerations" not in pod(ds) and "imagePullSecrets" not in pod(ds)
+    c = container(ds)
+    assert c["name"] == f"intel-{kind.value}-plugin"
+    assert c["command"] == [f"intel_{kind.value}_device_plugin"]
+    assert c["imagePullPolicy"] == "IfNotPresent"
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert ("seLinuxOptions" in sc) == (kind is not DeviceKind.DLB)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["kubeletsockets"]["mountPath"] == "/var/lib/kubelet/device-plugins"
+    assert set(mounts) <= set(volumes(ds))
+
+
+@pytest.mark.parametrize(
+    ("kind", "requests", "limits", "automount"),
+    [
+        (DeviceKind.DLB, ("15Mi", "40m"), ("30Mi", "100m"), False),
+        (DeviceKind.DSA, ("25Mi", "50m"), ("50Mi", "100m"), False),
+        (DeviceKind.FPGA, ("30Mi", "80m"), ("60Mi", "160m"), None),
+        (DeviceKind.GPU, ("45Mi", "40m"), ("90Mi", "100m"), None),
+        (DeviceKind.IAA, ("25Mi", "60m"), ("50Mi", "120m"), False),
+        (DeviceKind.NPU, ("45Mi", "40m"), ("90Mi", "100m"), None),
+        (DeviceKind.QAT, ("15Mi", "70m"), ("30Mi", "140m"), False),
+        (DeviceKind.SGX, ("15Mi", "40m"), ("30Mi", "100m"), False),
+    ],
+)
+def test_resources_and_token(
+    kind: DeviceKind, requests: tuple[str, str], limits: tuple[str, str], automount: bool | None
+) -> None:
+    ds = build(kind, {})
+    res = container(ds)["resources"]
+    assert (res["requests"]["memory"], res["requests"]["cpu"]) == requests
+    assert (res["limits"]["memory"], res["limits"]["cpu"]) == limits
+    assert pod(ds).get("automountServiceAccountToken") == automount
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "args"),
+    [
+        (DeviceKind.DLB, {"logLevel": 4}, ["-v", "4"]),
+        (DeviceKind.DSA, {}, ["-v", "0", "-driver", "idxd", "-shared-dev-num", "1"]),
+        (
+            DeviceKind.DSA,
+            {"driver": "vfio-pci", "sharedDevNum": 10},
+            ["-v", "0", "-driver", "vfio-pci", "-shared-dev-num", "10"],
+        ),
+        (DeviceKind.FPGA, {}, ["-v", "0", "-mode", "af"]),
+        (DeviceKind.FPGA, {"mode": "region"}, ["-v", "0", "-mode", "region"]),
+        (DeviceKind.GPU, {}, ["-v", "0", "-shared-dev-num", "1", "-allocation-policy", "none"]),
+        (
+            DeviceKind.GPU,
+            {
+                "enableMonitoring": True,
+                "monitoringMode": "split",
+                "sharedDevNum": 10,
+                "preferredAllocationPolicy": "packed",
+                "allowIDs": "0x56a0",
+                "bypathMode": "single",
+            },
+            [
+                "-v",
+                "0",
+                "-enable-monitoring",
+                "-monitoring-mode=split",
+                "-shared-dev-num",
+                "10",
+                "-allocation-policy",
+                "packed",
+                "-allow-ids",
+                "0x56a0",
+                "-bypath",
+                "single",
+            ],
+        ),
+        (
+            DeviceKind.GPU,
+            {"denyIDs": "0x0bda"},
+            ["-v", "0", "-shared-dev-num", "1", "-allocation-policy", "none", "-deny-ids", "0x0bda"],
+        ),
+        (DeviceKind.IAA, {"sharedDevNum": 3}, ["-v", "0", "-shared-dev-num", "3"]),
+        (DeviceKind.NPU, {}, ["-v", "0", "-shared-dev-num", "1"]),
+        (
+            DeviceKind.QAT,
+            {},
+            [
+                "-v",
+                "0",
+                "-dpdk-driver",
+                "vfio-pci",
+                "-kernel-vf-drivers",
+                "c6xxvf,4xxxvf",
+                "-max-num-devices",
+                "32",
+            ],
+        ),
+        (
+            DeviceKind.QAT,
+            {
+                "dpdkDriver": "igb_uio",
+                "kernelVfDrivers": ["4xxxvf", "420xxvf"],
+                "maxNumDevices": 1,
+                "preferredAllocationPolicy": "balanced",
+            },
+            [
+                "-v",
+                "0",
+                "-dpdk-driver",
+                "igb_uio",
+                "-kernel-vf-drivers",
+                "4xxxvf,420xxvf",
+                "-max-num-devices",
+                "1",
+                "-allocation-policy",
+                "balanced",
+            ],
+        ),
+        (DeviceKind.SGX, {}, ["-v", "0", "-enclave-limit", "1", "-provision-limit", "1"]),
+        (
+            DeviceKind.SGX,
+            {"enclaveLimit": 110, "provisionLimit": 20, "dcapInfraResources": True},
+            ["-v", "0", "-enclave-limit", "110", "-provision-limit", "20", "-dcap-infra-resources"],
+        ),
+    ],
+)
+def test_args(kind: DeviceKind, spec: dict[str, Any], args: list[str]) -> None:
+    assert plugin_args(parse_spec(kind, spec)) == args
+    assert container(build(kind, spec))["args"] == args
+
+
+def test_selector_tolerations_and_secret() -> None:
+    tol = [
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+        {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+    ]
+    ds = build(
+        DeviceKind.GPU,
+        {"nodeSelector": {"intel.feature.node.kubernetes.io/gpu": "true"}, "tolerations": tol},
+        secret="pull",
+    )
+    assert pod(ds)["nodeSelector"] == {"intel.feature.node.kubernetes.io/gpu": "true"}
+    assert pod(ds)["tolerations"] == tol
+    assert pod(ds)["imagePullSecrets"] == [{"name": "pull"}]
+    assert build(DeviceKind.GPU, {"tolerations": []})["spec"]["template"]["spec"]["tolerations"] == []
+
+
+def test_env() -> None:
+    gpu = {e["name"]: e for e in container(build(DeviceKind.GPU, {}))["env"]}
+    assert gpu["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert gpu["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    assert "env" not in container(build(DeviceKind.SGX, {}))
+    assert [e["name"] for e in container(build(DeviceKind.QAT, {}))["env"]] == ["NODE_NAME"]
+
+
+def test_volume_details() -> None:
+    sgx = volumes(build(DeviceKind.SGX, {}))
+    assert sgx["sgx-enclave"]["hostPath"] == {"path": "/dev/sgx_enclave", "type": "CharDevice"}
+    assert sgx["cdipath"]["hostPath"]["type"] == "DirectoryOrCreate"
+    qat = {m["name"]: m for m in container(build(DeviceKind.QAT, {}))["volumeMounts"]}
+    assert "readOnly" not in qat["pcidir"] and qat["devdir"]["readOnly"] is True
+    dlb = container(build(DeviceKind.DLB, {}))
+    assert dlb["terminationMessagePath"] == "/tmp/termination-log"
+
+
+def test_dsa_vfio_mounts_vfio_on_both_sides() -> None:
+    ds = build(DeviceKind.DSA, {"driver": "vfio-pci"})
+    assert volumes(ds)["devfs"]["hostPath"]["path"] == "/dev/vfio"
+    devfs = next(m for m in container(ds)["volumeMounts"] if m["name"] == "devfs")
+    assert devfs["mountPath"] == "/dev/vfio"
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k is not DeviceKind.FPGA], ids=lambda k: k.value)
+def test_no_init_container_without_init_image(kind: DeviceKind) -> None:
+    assert "initContainers" not in pod(build(kind, {}))
+
+
+INIT = "intel/intel-{}:0.36.0"
+
+
+def init_of(ds: dict[str, Any]) -> dict[str, Any]:
+    (c,) = pod(ds)["initContainers"]
+    assert isinstance(c, dict)
+    return c
+
+
+def test_fpga_always_has_init_container() -> None:
+    c = init_of(build(DeviceKind.FPGA, {}))
+    assert c["name"] == "intel-fpga-initcontainer" and c["image"] == "intel/intel-fpga-initcontainer:0.36.0"
+    assert c["securityContext"] == {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    c2 = init_of(build(DeviceKind.FPGA, {"initImage": "mirror/intel-fpga-initcontainer:0.37.0"}))
+    assert c2["image"] == "mirror/intel-fpga-initcontainer:0.37.0"
+
+
+def test_dlb_init() -> None:
+    ds = build(DeviceKind.DLB, {"initImage": INIT.format("dlb-initcontainer")})
+    c = init_of(ds)
+    assert c["name"] == "enable-vfs" and c["securityContext"]["privileged"] is True
+    assert volumes(ds)["sysfs-driver-dlb2"]["hostPath"] == {
+        "path": "/sys/bus/pci/drivers/dlb2",
+        "type": "DirectoryOrCreate",
+    }
+
+
+def test_dsa_init_with_config() -> None:
+    ds = build(
+        DeviceKind.DSA,
+        {
+            "initImage": INIT.format("idxd-config-initcontainer"),
+            "driver": "vfio-pci",
+            "provisioningConfig": "intel-dsa-config",
+        },
+    )
+    c = init_of(ds)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["DEVICE_TYPE"] == "dsa" and env["DSA_DRIVER"] == "vfio-pci" and "NODE_NAME" in env
+    assert c["securityContext"]["seLinuxOptions"] == {"type": "container_device_plugin_init_t"}
+    vols = volumes(ds)
+    assert vols["intel-dsa-config-volume"] == {
+        "name": "intel-dsa-config-volume",
+        "configMap": {"name": "intel-dsa-config"},
+    }
+    assert vols["scratch"] == {"name": "scratch", "emptyDir": {}}
+    assert {"sys-bus-dsa", "sys-bus-pci", "sys-devices"} <= set(vols)
+
+
+def test_iaa_init_has_no_pci_bus() -> None:
+    ds = build(
+        DeviceKind.IAA, {"initImage": INIT.format("idxd-config-initcontainer"), "provisioningConfig": "c"}
+    )
+    c = init_of(ds)
+    assert c["name"] == "intel-iaa-initcontainer"
+    assert {e["name"]: e.get("value") for e in c["env"]}["DEVICE_TYPE"] == "iaa"
+    assert "sys-bus-pci" not in volumes(ds) and "intel-iaa-config-volume" in volumes(ds)
+
+
+def test_qat_init() -> None:
+    ds = build(
+        DeviceKind.QAT,
+        {
+            "initImage": INIT.format("qat-initcontainer"),
+            "provisioningConfig": "qat-config",
+            "kernelVfDrivers": ["4xxxvf", "420xxvf"],
+        },
+    )
+    c = init_of(ds)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["ENABLED_QAT_PF_PCIIDS"] == "4940 4942 4944 4946"
+    assert volumes(ds)["intel-qat-config-volume"]["configMap"] == {"name": "qat-config", "defaultMode": 0o440}
+    assert volumes(ds)["sysfs"]["hostPath"] == {"path": "/sys", "type": "DirectoryOrCreate"}
+
+
+def test_qat_pf_ids_order_and_unknowns() -> None:
+    assert qat_pf_ids(["c3xxxvf", "dh895xccvf", "6xxxvf", "c4xxxvf"]) == "19e2 0434 0435 18a0"
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "volume"),
+    [
+        (DeviceKind.GPU, "intel-gpu-initcontainer", "nfd-sources"),
+        (DeviceKind.SGX, "intel-sgx-initcontainer", "nfd-features"),
+    ],
+)
+def test_nfd_init(kind: DeviceKind, name: str, volume: str) -> None:
+    ds = build(kind, {"initImage": INIT.format(name)})
+    c = init_of(ds)
+    assert c["name"] == name
+    assert volumes(ds)[volume]["hostPath"]["path"] == "/etc/kubernetes/node-feature-discovery/source.d/"
+
+
+def test_builder_is_deterministic() -> None:
+    spec = {"nodeSelector": {"b": "2", "a": "1"}, "sharedDevNum": 3}
+    assert build(DeviceKind.GPU, spec) == build(DeviceKind.GPU, spec)

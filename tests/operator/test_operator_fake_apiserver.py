@@ -1,0 +1,644 @@
+"""The operator's real kopf and lightkube wiring against a small in-process HTTP API server.
+
+This is no substitute for the real control plane (no admission, no controllers, simplified apply), but it
+runs the same code paths over HTTP: discovery, list and watch streams, server-side apply of the DaemonSet,
+pod listing, status merge patches and events. It catches wiring mistakes before the harness is there.
+Its error bodies say ``application/json; charset=utf-8`` on purpose: the operator must recognise a 404
+even when the client library does not turn it into its own error type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+
+from intel_device_plugins.operator.controller import ControllerConfig, run_controllers
+from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, DeviceKind
+from intel_device_plugins.operator.metrics import Metrics
+
+NS = "plugins"
+
+
+def _resource(name: str, kind: str, namespaced: bool) -> dict[str, Any]:
+    return {
+        "name": name,
+        "singularName": kind.lower(),
+        "namespaced": namespaced,
+        "kind": kind,
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    }
+
+
+DISCOVERY: dict[str, Any] = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/api/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            _resource("pods", "Pod", True),
+            _resource("events", "Event", True),
+            _resource("secrets", "Secret", True),
+            _resource("namespaces", "Namespace", False),
+        ],
+    },
+    "/apis": {
+        "kind": "APIGroupList",
+        "groups": [
+            {
+                "name": g,
+                "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
+                "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v},
+            }
+            for g, v in (
+                ("apps", "v1"),
+                (GROUP, "v1"),
+                ("coordination.k8s.io", "v1"),
+                ("apiextensions.k8s.io", "v1"),
+            )
+        ],
+    },
+    "/apis/apiextensions.k8s.io/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "apiextensions.k8s.io/v1",
+        "resources": [_resource("customresourcedefinitions", "CustomResourceDefinition", False)],
+    },
+    "/apis/apps/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "apps/v1",
+        "resources": [_resource("daemonsets", "DaemonSet", True)],
+    },
+    "/apis/coordination.k8s.io/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "coordination.k8s.io/v1",
+        "resources": [_resource("leases", "Lease", True)],
+    },
+    f"/apis/{GROUP}/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": f"{GROUP}/v1",
+        "resources": [
+            r
+            for k in ALL_KINDS
+            for r in (
+                _resource(k.plural, k.kind, False),
+                {**_resource(f"{k.plural}/status", k.kind, False), "verbs": ["get", "patch"]},
+            )
+        ],
+    },
+}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The add/replace/test subset of RFC 6902 that the operator sends."""
+    out = copy.deepcopy(target)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].strip("/").split("/")]
+        node: Any = out
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+        if op["op"] == "test":
+            current = node[int(last)] if isinstance(node, list) else node.get(last)
+            assert current == op["value"]
+        elif isinstance(node, list):
+            node[int(last)] = op["value"]
+        else:
+            node[last] = op["value"]
+    return out
+
+
+class FakeApiServer:
+    """Objects by (api prefix, plural, namespace, name); watch streams by (prefix, plural, namespace)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.watchers: list[tuple[tuple[str, str, str], asyncio.Queue[dict[str, Any]]]] = []
+        self.rv = itertools.count(1)
+        self.uids = itertools.count(1)
+        self.requests: list[tuple[str, str]] = []
+
+    # -- object store -------------------------------------------------------------------------------------
+    def put(self, key: tuple[str, str, str, str], obj: dict[str, Any], event: str) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", f"uid-{next(self.uids)}")
+        meta["resourceVersion"] = str(next(self.rv))
+        self.objects[key] = obj
+        self.notify(key, event, obj)
+        return obj
+
+    def delete(self, key: tuple[str, str, str, str]) -> None:
+        obj = self.objects.pop(key)
+        self.notify(key, "DELETED", obj)
+
+    def notify(self, key: tuple[str, str, str, str], event: str, obj: dict[str, Any]) -> None:
+        for (prefix, plural, ns), queue in self.watchers:
+            if (prefix, plural) == key[:2] and ns in ("", key[2]):
+                queue.put_nowait({"type": event, "object": copy.deepcopy(obj)})
+
+    # -- HTTP ---------------------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/")
+        self.requests.append((request.method, path))
+        if path == "/version":
+            return web.json_response({"major": "1", "minor": "33", "gitVersion": "v1.33.0"})
+        if path in DISCOVERY:
+            return web.json_response(DISCOVERY[path])
+        parts = path.strip("/").split("/")
+        prefix = "/".join(parts[:2]) if parts[0] == "api" else "/".join(parts[:3])
+        rest = parts[2:] if parts[0] == "api" else parts[3:]
+        ns = ""
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        plural, name, sub = rest[0], (rest[1] if len(rest) > 1 else ""), (rest[2] if len(rest) > 2 else "")
+        if not name:
+            if request.method == "POST":
+                body = await request.json()
+                meta = body.setdefault("metadata", {})
+                meta.setdefault("name", meta.get("generateName", "x") + str(next(self.uids)))
+                return web.json_response(
+                    self.put((prefix, plural, ns, meta["name"]), body, "ADDED"), status=201
+                )
+            if request.query.get("watch") in ("true", "1"):
+                return await self.watch(request, (prefix, plural, ns))
+            return web.json_response(self.list(prefix, plural, ns, request.query.get("labelSelector", "")))
+        key = (prefix, plural, ns, name)
+        if request.method == "GET":
+            if key not in self.objects:
+                return self.not_found(name)
+            return web.json_response(self.objects[key])
+        if request.method == "PATCH":
+            body = yaml.safe_load(await request.text())
+            ctype = request.content_type
+            if ctype == "application/apply-patch+yaml":
+                current = self.objects.get(key, {})
+                applied = {
+                    **body,
+                    "metadata": {**body["metadata"], "uid": current.get("metadata", {}).get("uid")},
+                }
+                if "status" in current:
+                    applied["status"] = current["status"]
+                if (
+                    current
+                    and {k: v for k, v in current.items() if k != "metadata"}
+                    == {k: v for k, v in applied.items() if k != "metadata"}
+                    and current["metadata"].get("labels") == applied["metadata"].get("labels")
+                ):
+                    return web.json_response(current)  # a no-op apply changes nothing, as on a real server
+                if applied["metadata"]["uid"] is None:
+                    del applied["metadata"]["uid"]
+                return web.json_response(self.put(key, applied, "MODIFIED" if current else "ADDED"))
+            if key not in self.objects:
+                return self.not_found(name)
+            if ctype == "application/json-patch+json":
+                try:
+                    patched = json_patch(self.objects[key], body)
+                except AssertionError:
+                    return self.error(422, "Invalid", "test operation failed")
+                return web.json_response(self.put(key, patched, "MODIFIED"))
+            assert ctype == "application/merge-patch+json" and sub == "status", (ctype, sub)
+            return web.json_response(self.put(key, merge_patch(self.objects[key], body), "MODIFIED"))
+        if request.method == "PUT":
+            body = await request.json()
+            if key not in self.objects:
+                return self.not_found(name)
+            if body["metadata"].get("resourceVersion") != self.objects[key]["metadata"]["resourceVersion"]:
+                return self.error(409, "Conflict", "the object has been modified")
+            body["metadata"]["uid"] = self.objects[key]["metadata"]["uid"]
+            return web.json_response(self.put(key, body, "MODIFIED"))
+        return web.json_response({"kind": "Status", "code": 405}, status=405)
+
+    def list(self, prefix: str, plural: str, ns: str, selector: str) -> dict[str, Any]:
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
+        items = [
+            o
+            for (p, pl, n, _), o in self.objects.items()
+            if (p, pl) == (prefix, plural)
+            and ns in ("", n)
+            and all(o.get("metadata", {}).get("labels", {}).get(k) == v for k, v in wanted.items())
+        ]
+        return {
+            "kind": "List",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(next(self.rv))},
+            "items": items,
+        }
+
+    async def watch(self, request: web.Request, key: tuple[str, str, str]) -> web.StreamResponse:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        entry = (key, queue)
+        self.watchers.append(entry)
+        resp = web.StreamResponse()
+        resp.content_type = "application/json"
+        await resp.prepare(request)
+        try:
+            while True:
+                event = await queue.get()
+                await resp.write(json.dumps(event).encode() + b"\n")
+        finally:
+            self.watchers.remove(entry)
+
+    @staticmethod
+    def error(code: int, reason: str, message: str) -> web.Response:
+        return web.Response(
+            text=json.dumps(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": code,
+                    "reason": reason,
+                    "message": message,
+                }
+            ),
+            status=code,
+            headers={"Content-Type": "application/json"},
+        )
+
+    @staticmethod
+    def not_found(name: str) -> web.Response:
+        return web.json_response(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "code": 404,
+                "reason": "NotFound",
+                "message": f"{name} not found",
+            },
+            status=404,
+        )
+
+
+async def eventually(probe: Callable[[], Any], limit_s: float = 15.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while asyncio.get_running_loop().time() < deadline:
+        value = probe()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeApiServer]:
+    server = FakeApiServer()
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": NS}}],
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    try:
+        yield server
+    finally:
+        for _, queue in list(server.watchers):
+            queue.put_nowait({"type": "BOOKMARK", "object": {}})
+        await runner.cleanup()
+
+
+CR_PREFIX = f"apis/{GROUP}/v1"
+DS_PREFIX = "apis/apps/v1"
+
+
+async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
+    gpu = DeviceKind.GPU
+    cr_key = (CR_PREFIX, gpu.plural, "", "a")
+    ds_key = (DS_PREFIX, "daemonsets", NS, "intel-gpu-plugin-a")
+    cluster.put(
+        cr_key,
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": gpu.kind,
+            "metadata": {"name": "a"},
+            "spec": {"image": "intel/intel-gpu-plugin:0.36.0", "sharedDevNum": 3},
+        },
+        "ADDED",
+    )
+    metrics = Metrics()
+    task = asyncio.create_task(run_controllers(ControllerConfig(NS, (gpu,), {}), metrics))
+    try:
+        ds = await eventually(lambda: cluster.objects.get(ds_key))
+        assert ds["metadata"]["ownerReferences"][0]["name"] == "a"
+        assert ("PATCH", f"/{DS_PREFIX}/namespaces/{NS}/daemonsets/intel-gpu-plugin-a") in cluster.requests
+        status = await eventually(lambda: cluster.objects[cr_key].get("status"))
+        assert status["controlledDaemonSet"]["name"] == "intel-gpu-plugin-a"
+
+        # the spec changes: the DaemonSet follows through the CR watch
+        cr = copy.deepcopy(cluster.objects[cr_key])
+        cr["spec"]["sharedDevNum"] = 7
+        cluster.put(cr_key, cr, "MODIFIED")
+        await eventually(
+            lambda: "7" in cluster.objects[ds_key]["spec"]["template"]["spec"]["containers"][0]["args"]
+        )
+
+        # a hand edit is reverted and a hand deletion repaired, through the DaemonSet watch
+        edited = copy.deepcopy(cluster.objects[ds_key])
+        edited["spec"]["template"]["spec"]["containers"][0]["image"] = "evil/image:1.0.0"
+        cluster.put(ds_key, edited, "MODIFIED")
+        await eventually(
+            lambda: (
+                cluster.objects[ds_key]["spec"]["template"]["spec"]["containers"][0]["image"]
+                == "intel/intel-gpu-plugin:0.36.0"
+            )
+        )
+        cluster.delete(ds_key)
+        await eventually(lambda: ds_key in cluster.objects)
+
+        # the DaemonSet's status and pods reach the CR's status
+        ds = copy.deepcopy(cluster.objects[ds_key])
+        cluster.put(
+            ("api/v1", "pods", NS, "p1"),
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "p1",
+                    "namespace": NS,
+                    "labels": {"app": "intel-gpu-plugin"},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "controller": True,
+                            "name": "intel-gpu-plugin-a",
+                            "uid": ds["metadata"]["uid"],
+                        }
+                    ],
+                },
+                "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]},
+            },
+            "ADDED",
+        )
+        ds["status"] = {
+            "desiredNumberScheduled": 1,
+            "numberReady": 1,
+            "currentNumberScheduled": 1,
+            "numberMisscheduled": 0,
+        }
+        cluster.put(ds_key, ds, "MODIFIED")
+        await eventually(
+            lambda: (
+                cluster.objects[cr_key]["status"].get("nodeNames") == ["node-1"]
+                and cluster.objects[cr_key]["status"]["numberReady"] == 1
+            )
+        )
+
+        # an idle operator writes nothing
+        await asyncio.sleep(0.5)
+        before = len(cluster.requests)
+        await asyncio.sleep(1.0)
+        writes = [r for r in cluster.requests[before:] if r[0] in ("PATCH", "POST", "PUT")]
+        assert writes == []
+
+        # the CR goes away: no error loop
+        cluster.delete(cr_key)
+        await asyncio.sleep(0.5)
+        assert metrics.reconcile_errors == 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_leader_election_over_http(cluster: FakeApiServer) -> None:
+    from lightkube import AsyncClient
+
+    from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
+
+    def elector(name: str) -> LeaderElector:
+        cfg = ElectionConfig(NS, name, lease_duration_s=1, renew_deadline_s=0.8, retry_period_s=0.1)
+        return LeaderElector(AsyncClient(), cfg)
+
+    a, b = elector("a"), elector("b")
+    a_stop, b_leads = asyncio.Event(), asyncio.Event()
+
+    async def lead_a() -> None:
+        await a_stop.wait()
+
+    async def lead_b() -> None:
+        b_leads.set()
+        await asyncio.Event().wait()
+
+    ta = asyncio.create_task(a.run(lead_a))
+    await eventually(lambda: a.is_leader)
+    tb = asyncio.create_task(b.run(lead_b))
+    await asyncio.sleep(0.5)
+    lease = cluster.objects[("apis/coordination.k8s.io/v1", "leases", NS, "d1c7b6d5.intel.com")]
+    assert lease["spec"]["holderIdentity"] == "a" and not b.is_leader
+    assert lease["spec"]["renewTime"].endswith("Z")
+    a_stop.set()
+    await ta
+    await asyncio.wait_for(b_leads.wait(), 2)
+    assert (
+        cluster.objects[("apis/coordination.k8s.io/v1", "leases", NS, "d1c7b6d5.intel.com")]["spec"][
+            "holderIdentity"
+        ]
+        == "b"
+    )
+    tb.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await tb
+
+
+async def test_self_managed_certificates_over_http(cluster: FakeApiServer, tmp_path: Path) -> None:
+    import base64
+
+    from lightkube import AsyncClient
+
+    from intel_device_plugins.operator.certs import service_dns_names
+    from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+
+    cluster.put(
+        ("api/v1", "secrets", NS, "cert"),
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "cert", "namespace": NS},
+            "type": "Opaque",
+        },
+        "ADDED",
+    )
+    for plural, kind in (
+        ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+        ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
+    ):
+        cluster.put(
+            ("apis/admissionregistration.k8s.io/v1", plural, "", kind[:1].lower()),
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": kind[:1].lower()},
+                "webhooks": [
+                    {
+                        "name": f"{kind[:1].lower()}.kb.io",
+                        "clientConfig": {},
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                    }
+                ],
+            },
+            "ADDED",
+        )
+    certs = SelfManagedCerts(
+        AsyncClient(), SelfManagedConfig(NS, "cert", service_dns_names("svc", NS), ("m", "v"), tmp_path)
+    )
+    bundle = await certs.ensure()
+    secret = cluster.objects[("api/v1", "secrets", NS, "cert")]
+    assert base64.b64decode(secret["data"]["tls.crt"]) == bundle.tls_cert
+    want = base64.b64encode(bundle.ca_bundle()).decode()
+    for plural, name in (("mutatingwebhookconfigurations", "m"), ("validatingwebhookconfigurations", "v")):
+        cfg = cluster.objects[("apis/admissionregistration.k8s.io/v1", plural, "", name)]
+        assert cfg["webhooks"][0]["clientConfig"]["caBundle"] == want
+    version = secret["metadata"]["resourceVersion"]
+    assert await certs.ensure() == bundle
+    assert cluster.objects[("api/v1", "secrets", NS, "cert")]["metadata"]["resourceVersion"] == version
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_whole_operator_without_cert_manager(cluster: FakeApiServer, tmp_path: Path) -> None:
+    """The CLI with --leader-elect and self-managed certificates: issue, inject, serve, reconcile, release."""
+    import base64
+    import ssl
+
+    import aiohttp
+
+    from intel_device_plugins.operator import cli
+
+    cluster.put(
+        ("api/v1", "secrets", NS, "cert"),
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cert", "namespace": NS}},
+        "ADDED",
+    )
+    cluster.put(
+        ("apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "", "v"),
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "v"},
+            "webhooks": [
+                {
+                    "name": "v.kb.io",
+                    "clientConfig": {},
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                }
+            ],
+        },
+        "ADDED",
+    )
+    cluster.put(
+        (CR_PREFIX, "sgxdeviceplugins", "", "s"),
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "SgxDevicePlugin",
+            "metadata": {"name": "s"},
+            "spec": {"image": "intel/intel-sgx-plugin:0.36.0"},
+        },
+        "ADDED",
+    )
+    webhook_port, health_port = _free_port(), _free_port()
+    p = cli.parser()
+    opts = p.parse_args(
+        [
+            "--leader-elect",
+            "--webhook-cert-mode=self-managed",
+            "--webhook-service=svc",
+            "--webhook-secret=cert",
+            "--webhook-configuration=v",
+            f"--webhook-cert-dir={tmp_path}",
+            f"--webhook-port={webhook_port}",
+            f"--health-probe-bind-address=127.0.0.1:{health_port}",
+            "--metrics-bind-address=0",
+            "--devices=sgx",
+        ]
+    )
+    task = asyncio.create_task(cli.amain(opts, {"DEVICEPLUGIN_NAMESPACE": NS, "POD_NAME": "op-1"}))
+    lease_key = ("apis/coordination.k8s.io/v1", "leases", NS, "d1c7b6d5.intel.com")
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def ready() -> bool:
+                try:
+                    async with session.get(f"http://127.0.0.1:{health_port}/readyz") as r:
+                        return r.status == 200
+                except aiohttp.ClientConnectionError:
+                    return False
+
+            for _ in range(200):
+                if await ready():
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("operator never became ready")
+            cfg = cluster.objects[
+                ("apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "", "v")
+            ]
+            ca = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"]).decode()
+            ctx = ssl.create_default_context(cadata=ca)
+            ctx.check_hostname = False  # the certificate names the Service, the test dials 127.0.0.1
+            review = {
+                "request": {
+                    "uid": "1",
+                    "operation": "CREATE",
+                    "object": {"spec": {"image": "x/y:1.0.0"}},
+                    "kind": {"group": GROUP, "kind": "SgxDevicePlugin"},
+                }
+            }
+            async with session.post(
+                f"https://127.0.0.1:{webhook_port}{DeviceKind.SGX.validate_path}", json=review, ssl=ctx
+            ) as r:
+                assert (await r.json())["response"]["allowed"] is False
+
+        await eventually(lambda: (DS_PREFIX, "daemonsets", NS, "intel-sgx-plugin-s") in cluster.objects)
+        assert cluster.objects[lease_key]["spec"]["holderIdentity"] == "op-1"
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert cluster.objects[lease_key]["spec"]["holderIdentity"] == ""  # released on the way out

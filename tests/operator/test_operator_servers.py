@@ -1,0 +1,338 @@
+"""Webhook, health and metrics servers over real sockets; cert reload; self-managed certificates; CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import datetime as dt
+import json
+import ssl
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+import pytest
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta, Status
+from lightkube.resources.admissionregistration_v1 import (
+    MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration,
+)
+from lightkube.resources.core_v1 import Secret
+from lightkube.types import PatchType
+
+from intel_device_plugins.operator import cli
+from intel_device_plugins.operator.certs import CertBundle, issue, renewal_reason, service_dns_names
+from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.operator.metrics import Metrics
+from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig, write_pair
+from intel_device_plugins.operator.webhook_server import (
+    ServingCert,
+    health_app,
+    metrics_app,
+    parse_bind,
+    start,
+    webhook_app,
+)
+
+NOW = dt.datetime.now(dt.UTC)
+
+
+def client_ctx(bundle: CertBundle) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cadata=bundle.ca_bundle().decode())
+    return ctx
+
+
+def review(kind: DeviceKind, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "r1",
+            "operation": "CREATE",
+            "object": {"spec": spec},
+            "kind": {"group": "deviceplugin.intel.com", "version": "v1", "kind": kind.kind},
+        },
+    }
+
+
+async def test_webhook_server_over_tls_with_reload(tmp_path: Path) -> None:
+    first = issue(None, ("localhost",), NOW)
+    write_pair(tmp_path, first)
+    serving = ServingCert(tmp_path)
+    assert serving.reload_if_changed() and not serving.reload_if_changed()
+    metrics = Metrics()
+    runner = await start(webhook_app(metrics), "127.0.0.1", 0, serving.context)
+    port = runner.addresses[0][1]
+    url = f"https://localhost:{port}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            for kind in ALL_KINDS:
+                async with s.post(
+                    f"{url}{kind.validate_path}", json=review(kind, {"image": "bad"}), ssl=client_ctx(first)
+                ) as r:
+                    body = await r.json()
+                    assert r.status == 200 and body["response"]["allowed"] is False
+                    assert "spec.image" in body["response"]["status"]["message"]
+                async with s.post(
+                    f"{url}{kind.mutate_path}", json=review(kind, {}), ssl=client_ctx(first)
+                ) as r:
+                    patch = json.loads(base64.b64decode((await r.json())["response"]["patch"]))
+                    assert patch[0]["path"] == "/spec/image"
+            async with s.post(
+                f"{url}{DeviceKind.GPU.validate_path}", data=b"{nope", ssl=client_ctx(first)
+            ) as r:
+                assert r.status == 400
+            async with s.post(f"{url}/validate-something-else", json={}, ssl=client_ctx(first)) as r:
+                assert r.status in (404, 405)
+            assert metrics.admission_reviews == 16
+
+            second = issue(None, ("localhost",), NOW)  # a rotation to a new CA
+            write_pair(tmp_path, second)
+            assert serving.reload_if_changed()
+            async with s.post(
+                f"{url}{DeviceKind.GPU.mutate_path}", json=review(DeviceKind.GPU, {}), ssl=client_ctx(second)
+            ) as r:
+                assert r.status == 200
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                async with s.post(
+                    f"{url}{DeviceKind.GPU.mutate_path}",
+                    json=review(DeviceKind.GPU, {}),
+                    ssl=client_ctx(first),
+                ):
+                    pass
+    finally:
+        await runner.cleanup()
+
+
+async def test_health_and_metrics() -> None:
+    ready = {"v": False}
+    metrics = Metrics(reconciles=7)
+    health = await start(health_app(lambda: ready["v"]), "127.0.0.1", 0)
+    mets = await start(metrics_app(metrics), "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as s:
+            hp, mp = health.addresses[0][1], mets.addresses[0][1]
+            async with s.get(f"http://127.0.0.1:{hp}/healthz") as r:
+                assert r.status == 200
+            async with s.get(f"http://127.0.0.1:{hp}/readyz") as r:
+                assert r.status == 503
+            ready["v"] = True
+            async with s.get(f"http://127.0.0.1:{hp}/readyz") as r:
+                assert r.status == 200
+            async with s.get(f"http://127.0.0.1:{mp}/metrics") as r:
+                assert "intel_deviceplugin_operator_reconciles 7" in await r.text()
+    finally:
+        await health.cleanup()
+        await mets.cleanup()
+
+
+def test_serving_cert_ignores_missing_and_broken_files(tmp_path: Path) -> None:
+    serving = ServingCert(tmp_path)
+    assert not serving.reload_if_changed() and not serving.loaded
+    (tmp_path / "tls.crt").write_text("garbage")
+    (tmp_path / "tls.key").write_text("garbage")
+    assert not serving.reload_if_changed() and not serving.loaded
+
+
+def test_parse_bind() -> None:
+    assert parse_bind(":8081") == ("", 8081)
+    assert parse_bind("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert parse_bind("0") == ("", 0)
+    assert parse_bind("[::1]:8080") == ("::1", 8080)
+
+
+class FakeCertApi:
+    def __init__(self, with_secret: bool = True) -> None:
+        self.secret: Secret | None = (
+            Secret(metadata=ObjectMeta(name="cert", namespace="ns", resourceVersion="1"), type="Opaque")
+            if with_secret
+            else None
+        )
+        self.configs: dict[str, dict[str, Any]] = {
+            "m": {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "m"},
+                "webhooks": [
+                    {
+                        "name": "a.kb.io",
+                        "clientConfig": {},
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "None",
+                    }
+                ],
+            },
+            "v": {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "v"},
+                "webhooks": [
+                    {
+                        "name": "b.kb.io",
+                        "clientConfig": {},
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "None",
+                    },
+                    {
+                        "name": "c.kb.io",
+                        "clientConfig": {},
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "None",
+                    },
+                ],
+            },
+        }
+        self.patches: list[tuple[str, list[dict[str, Any]]]] = []
+        self.writes = 0
+
+    async def get(self, res: Any, name: str, *, namespace: str | None = None) -> Any:
+        if res is Secret:
+            if self.secret is None:
+                raise ApiError(status=Status(code=404, message="nf"))
+            return copy.deepcopy(self.secret)
+        kind = {"MutatingWebhookConfiguration": "m", "ValidatingWebhookConfiguration": "v"}[res.__name__]
+        if name != kind:
+            raise ApiError(status=Status(code=404, message="nf"))
+        return res.from_dict(copy.deepcopy(self.configs[name]))
+
+    async def replace(self, obj: Secret) -> Secret:
+        self.writes += 1
+        self.secret = copy.deepcopy(obj)
+        return obj
+
+    async def create(self, obj: Secret) -> Secret:
+        self.writes += 1
+        self.secret = copy.deepcopy(obj)
+        return obj
+
+    async def patch(self, res: Any, name: str, ops: list[dict[str, Any]], *, patch_type: PatchType) -> None:
+        assert patch_type is PatchType.JSON
+        assert res in (MutatingWebhookConfiguration, ValidatingWebhookConfiguration)
+        self.patches.append((name, ops))
+        for op in ops:
+            if op["op"] == "add":
+                idx = int(op["path"].split("/")[2])
+                self.configs[name]["webhooks"][idx]["clientConfig"]["caBundle"] = op["value"]
+
+
+@pytest.mark.parametrize("with_secret", [True, False])
+async def test_self_managed_issue_store_and_inject(tmp_path: Path, with_secret: bool) -> None:
+    api = FakeCertApi(with_secret)
+    dns = service_dns_names("svc", "ns")
+    certs = SelfManagedCerts(
+        cast(AsyncClient, api), SelfManagedConfig("ns", "cert", dns, ("m", "v", "absent"), tmp_path)
+    )
+    bundle = await certs.ensure()
+    assert api.writes == 1 and api.secret is not None
+    stored = CertBundle.from_secret_data(api.secret.data)
+    assert stored == bundle and renewal_reason(stored, dns, NOW) == ""
+    assert (tmp_path / "tls.crt").read_bytes() == bundle.tls_cert
+    want = base64.b64encode(bundle.ca_bundle()).decode()
+    for cfg in api.configs.values():
+        assert all(h["clientConfig"]["caBundle"] == want for h in cfg["webhooks"])
+    await certs.ensure()  # nothing due: no new write, no new patch
+    assert api.writes == 1 and len(api.patches) == 2
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=300)
+    renewed = await certs.ensure(later)
+    assert api.writes == 2 and renewed.ca_cert == bundle.ca_cert and renewed.tls_cert != bundle.tls_cert
+
+
+def test_cli_flags() -> None:
+    p = cli.parser()
+    opts = p.parse_args(
+        cli.normalise_dashes(
+            ["-leader-elect", "-devices=gpu", "--devices", "qat", "-deviceplugin-namespace", "x"], p
+        )
+    )
+    assert opts.leader_elect and opts.deviceplugin_namespace == "x"
+    assert cli.select_devices(opts.devices) == (DeviceKind.GPU, DeviceKind.QAT)
+    assert cli.select_devices(None) == ALL_KINDS
+    with pytest.raises(cli.UsageError, match="Unsupported device: tpu"):
+        cli.select_devices(["tpu"])
+    with pytest.raises(cli.UsageError, match="Duplicate device: gpu"):
+        cli.select_devices(["gpu", "gpu"])
+    assert cli.image_env({"INTEL_GPU_PLUGIN_SHA": "x", "PATH": "/bin", "EMPTY_SHA": ""}) == {
+        "INTEL_GPU_PLUGIN_SHA": "x"
+    }
+    assert cli.identity({"POD_NAME": "pod-1"}) == "pod-1"
+    assert cli.main(["--devices=foo"]) == 1
+    off = p.parse_args(cli.normalise_dashes(["-leader-elect=false", "--metrics-secure=true"], p))
+    assert off.leader_elect is False and off.metrics_secure is True
+    with pytest.raises(SystemExit):
+        p.parse_args(["--leader"])  # no abbreviations, as with Go's flag package
+    with pytest.raises(SystemExit):
+        p.parse_args(["--leader-elect=maybe"])
+
+
+async def test_cli_serves_webhooks_without_a_reachable_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator keeps serving admission while the API server is down, and stops on cancellation."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True},
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    bundle = issue(None, ("localhost",), NOW)
+    write_pair(tmp_path / "certs", bundle)
+    p = cli.parser()
+    opts = p.parse_args(
+        [
+            "--webhook-cert-dir",
+            str(tmp_path / "certs"),
+            "--webhook-port",
+            "19744",
+            "--health-probe-bind-address",
+            "127.0.0.1:19745",
+            "--metrics-bind-address",
+            "0",
+        ]
+    )
+    task = asyncio.create_task(cli.amain(opts, {"DEVICEPLUGIN_NAMESPACE": "ns"}))
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(100):
+                try:
+                    async with s.get("http://127.0.0.1:19745/readyz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.1)
+            async with s.post(
+                f"https://localhost:19744{DeviceKind.QAT.validate_path}",
+                json=review(DeviceKind.QAT, {"image": "intel/intel-qat-plugin:0.36.0"}),
+                ssl=client_ctx(bundle),
+            ) as r:
+                assert (await r.json())["response"]["allowed"] is True
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+async def test_controller_thread_failure_reaches_the_caller() -> None:
+    from intel_device_plugins.operator.controller import ControllerConfig, run_controllers
+
+    def broken_client() -> AsyncClient:
+        raise RuntimeError("no kubeconfig")
+
+    with pytest.raises(RuntimeError, match="controller thread failed") as info:
+        await run_controllers(ControllerConfig("ns", ALL_KINDS, {}), Metrics(), broken_client)
+    assert "no kubeconfig" in str(info.value.__cause__)

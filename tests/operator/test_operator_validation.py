@@ -1,0 +1,236 @@
+"""Accept and reject tables for the defaulting and validating rules of every kind (§1.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.operator.validation import MESSAGE_PREFIX, default_spec, validate_object
+
+V = "0.36.0"
+DIGEST = "sha256:" + "0f" * 32
+
+
+def img(kind: str, tag: str = V) -> str:
+    return f"intel/intel-{kind}-plugin:{tag}"
+
+
+ACCEPT: list[tuple[DeviceKind, dict[str, Any]]] = [
+    (DeviceKind.DLB, {"image": img("dlb")}),
+    (DeviceKind.DLB, {"image": img("dlb"), "initImage": f"intel/intel-dlb-initcontainer:{V}"}),
+    (DeviceKind.DLB, {"image": img("dlb"), "initImage": f"intel/intel-dlb-initimage:{V}"}),
+    (DeviceKind.DSA, {"image": img("dsa"), "sharedDevNum": 10, "driver": "vfio-pci"}),
+    (
+        DeviceKind.DSA,
+        {
+            "image": img("dsa"),
+            "provisioningConfig": "cfg",
+            "initImage": f"intel/intel-idxd-config-initcontainer:{V}",
+        },
+    ),
+    (
+        DeviceKind.FPGA,
+        {"image": img("fpga"), "initImage": f"intel/intel-fpga-initcontainer:{V}", "mode": "region"},
+    ),
+    (DeviceKind.FPGA, {"image": img("fpga")}),
+    (DeviceKind.GPU, {"image": img("gpu"), "sharedDevNum": 2, "preferredAllocationPolicy": "packed"}),
+    (DeviceKind.GPU, {"image": img("gpu"), "preferredAllocationPolicy": "none"}),
+    (DeviceKind.GPU, {"image": img("gpu"), "allowIDs": "0x56a0,0x56a1"}),
+    (DeviceKind.GPU, {"image": img("gpu"), "denyIDs": "0x0bda"}),
+    (DeviceKind.GPU, {"image": f"intel/intel-gpu-plugin@{DIGEST}"}),
+    (DeviceKind.GPU, {"image": "registry.local:5000/mirror/intel-gpu-plugin:0.37.1"}),
+    (DeviceKind.GPU, {"image": img("gpu", "0.31.0"), "resourceManager": True}),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "tolerations": [{"operator": "Exists"}], "nodeSelector": {"a": "b"}},
+    ),
+    (DeviceKind.IAA, {"image": img("iaa"), "sharedDevNum": 3}),
+    (DeviceKind.NPU, {"image": img("npu"), "sharedDevNum": 1}),
+    (
+        DeviceKind.QAT,
+        {
+            "image": img("qat"),
+            "provisioningConfig": "qat-config",
+            "kernelVfDrivers": ["4xxxvf"],
+            "initImage": f"intel/intel-qat-initcontainer:{V}",
+        },
+    ),
+    (DeviceKind.QAT, {"image": img("qat"), "dpdkDriver": "igb_uio", "maxNumDevices": 4}),
+    (
+        DeviceKind.SGX,
+        {
+            "image": img("sgx"),
+            "enclaveLimit": 110,
+            "provisionLimit": 110,
+            "initImage": f"intel/intel-sgx-initcontainer:{V}",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "spec"), ACCEPT, ids=lambda v: v.value if isinstance(v, DeviceKind) else "")
+def test_accept(kind: DeviceKind, spec: dict[str, Any]) -> None:
+    verdict = validate_object(kind, {"spec": spec})
+    assert verdict.allowed, verdict.message
+    assert verdict.message == ""
+
+
+REJECT: list[tuple[DeviceKind, dict[str, Any], str, str]] = [
+    (
+        DeviceKind.DLB,
+        {"image": img("dlb"), "initImage": "intel/other-init:0.36.0"},
+        "spec.initImage",
+        "incorrect image name \"other-init\". Make sure you use 'intel/intel-dlb-initcontainer'",
+    ),
+    (
+        DeviceKind.DLB,
+        {"image": "intel/intel-dlb-plugin"},
+        "spec.image",
+        'incorrect image field "intel/intel-dlb-plugin"',
+    ),
+    (
+        DeviceKind.DSA,
+        {"image": img("dsa"), "provisioningConfig": "cfg"},
+        "spec.initImage",
+        "ProvisioningConfig is set with no InitImage",
+    ),
+    (
+        DeviceKind.DSA,
+        {"image": img("dsa"), "sharedDevNum": 0},
+        "spec.sharedDevNum",
+        "should be greater than or equal to 1",
+    ),
+    (DeviceKind.DSA, {"image": img("dsa"), "driver": "uio"}, "spec.driver", 'unsupported value "uio"'),
+    (DeviceKind.FPGA, {"image": img("fpga"), "mode": "bogus"}, "spec.mode", 'unsupported value "bogus"'),
+    (DeviceKind.FPGA, {"image": img("gpu")}, "spec.image", 'incorrect image name "intel-gpu-plugin"'),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "preferredAllocationPolicy": "balanced"},
+        "spec.preferredAllocationPolicy",
+        "'balanced' PreferredAllocationPolicy is valid only when setting sharedDevNum > 1",
+    ),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "allowIDs": "0x56a0,"},
+        "spec.allowIDs",
+        "Empty PCI Device ID in AllowIDs",
+    ),
+    (DeviceKind.GPU, {"image": img("gpu"), "denyIDs": "56a0"}, "spec.denyIDs", "Invalid PCI Device ID: 56a0"),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "denyIDs": "0x56A0"},
+        "spec.denyIDs",
+        "Invalid PCI Device ID: 0x56A0",
+    ),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "allowIDs": "0x56a0", "denyIDs": "0x56a1"},
+        "spec.denyIDs",
+        "AllowIDs and DenyIDs cannot be used together",
+    ),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu", "devel")},
+        "spec.image",
+        "Make sure it's either valid SHA digest or semver tag",
+    ),
+    (DeviceKind.GPU, {"image": img("gpu", "latest")}, "spec.image", "is not a semantic version"),
+    (DeviceKind.GPU, {"image": "intel/intel-gpu-plugin@sha256:abc"}, "spec.image", "incorrect image digest"),
+    (DeviceKind.GPU, {"image": img("gpu"), "sharedDevNum": "2"}, "spec.sharedDevNum", "must be an integer"),
+    (DeviceKind.GPU, {"image": img("gpu"), "logLevel": -1}, "spec.logLevel", "greater than or equal to 0"),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "enableMonitoring": "yes"},
+        "spec.enableMonitoring",
+        "must be a boolean",
+    ),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "nodeSelector": {"a": 1}},
+        "spec.nodeSelector.a",
+        "must be a string",
+    ),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "tolerations": [{"tolerationSeconds": "x"}]},
+        "spec.tolerations[0].tolerationSeconds",
+        "must be an integer",
+    ),
+    (
+        DeviceKind.IAA,
+        {"image": img("iaa"), "provisioningConfig": "c"},
+        "spec.initImage",
+        "ProvisioningConfig is set with no InitImage",
+    ),
+    (
+        DeviceKind.IAA,
+        {"image": img("iaa"), "initImage": f"intel/intel-iaa-initcontainer:{V}"},
+        "spec.initImage",
+        "Make sure you use 'intel/intel-idxd-config-initcontainer'",
+    ),
+    (DeviceKind.NPU, {"image": img("npu"), "sharedDevNum": -3}, "spec.sharedDevNum", "greater than or equal"),
+    (DeviceKind.NPU, {"image": ""}, "spec.image", "must not be empty"),
+    (
+        DeviceKind.QAT,
+        {
+            "image": img("qat"),
+            "provisioningConfig": "c",
+            "initImage": f"intel/intel-qat-initcontainer:{V}",
+            "kernelVfDrivers": ["c6xxvf"],
+        },
+        "spec.provisioningConfig",
+        "ProvisioningConfig is available only for 4xxx and 420xx devices",
+    ),
+    (
+        DeviceKind.QAT,
+        {"image": img("qat"), "kernelVfDrivers": ["nope"]},
+        "spec.kernelVfDrivers[0]",
+        'unsupported value "nope"',
+    ),
+    (
+        DeviceKind.QAT,
+        {"image": img("qat"), "maxNumDevices": 0},
+        "spec.maxNumDevices",
+        "greater than or equal",
+    ),
+    (DeviceKind.SGX, {"image": img("sgx"), "enclaveLimit": 0}, "spec.enclaveLimit", "greater than or equal"),
+    (
+        DeviceKind.SGX,
+        {"image": img("sgx"), "initImage": "intel/intel-sgx-initcontainer:devel"},
+        "spec.initImage",
+        "semver tag",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "field", "text"), REJECT, ids=lambda v: v.value if isinstance(v, DeviceKind) else ""
+)
+def test_reject_names_the_field(kind: DeviceKind, spec: dict[str, Any], field: str, text: str) -> None:
+    verdict = validate_object(kind, {"spec": spec})
+    assert not verdict.allowed
+    assert verdict.message.startswith(MESSAGE_PREFIX)
+    assert f"{field}: " in verdict.message
+    assert text in verdict.message
+
+
+def test_every_kind_has_accept_and_reject_rows() -> None:
+    assert {k for k, _ in ACCEPT} == set(ALL_KINDS)
+    assert {k for k, *_ in REJECT} == set(ALL_KINDS)
+
+
+def test_old_version_is_accepted_with_warning() -> None:
+    verdict = validate_object(DeviceKind.QAT, {"spec": {"image": img("qat", "0.31.0")}})
+    assert verdict.allowed
+    assert any("spec.image" in w and "0.36.0" in w for w in verdict.warnings)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
+def test_defaulting_sets_image_only_when_empty(kind: DeviceKind) -> None:
+    defaulted = default_spec(kind, {"logLevel": 2})
+    assert defaulted == {"logLevel": 2, "image": f"intel/intel-{kind.value}-plugin:{V}"}
+    assert validate_object(kind, {"spec": defaulted}).allowed
+    assert default_spec(kind, {"image": "x/y:1.0.0"})["image"] == "x/y:1.0.0"
+    assert default_spec(kind, None)["image"].endswith(f":{V}")
