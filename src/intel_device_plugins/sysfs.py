@@ -68,6 +68,16 @@ def is_pf_with_vfs(device_dir: StrPath) -> bool:
     return count is not None and count > 0
 
 
+def identity(path: StrPath) -> tuple[int, int] | None:
+    """Inode and change time of a path: a directory that is removed and created again (a device
+    re-plugged) differs even when the file system hands out the same inode number again."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_ctime_ns)
+
+
 def list_dir(path: StrPath) -> list[str] | None:
     """Sorted entry names, or ``None`` when the directory cannot be read."""
     try:

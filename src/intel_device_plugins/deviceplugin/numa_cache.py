@@ -2,8 +2,8 @@
 
 Working out a device's NUMA placement resolves its sysfs path and walks up the tree, which is the
 most expensive part of a scan for plugins with many devices. A device's placement never changes
-while it exists; after a hot-unplug and re-plug the kernel creates a new directory with a new
-inode, so an answer is kept per directory and per inode.
+while it exists; after a hot-unplug and re-plug the kernel creates a new directory, so an answer
+is kept per directory and per directory identity (inode and change time).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.topology import numa_nodes_of
+from intel_device_plugins.sysfs import identity
 
 
 class NumaCache:
@@ -19,17 +20,14 @@ class NumaCache:
 
     def __init__(self, root: Path | str) -> None:
         self.root = root or "/"
-        self._known: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self._known: dict[str, tuple[tuple[int, int] | None, tuple[int, ...]]] = {}
 
     def __call__(self, device_dir: Path | str) -> tuple[int, ...]:
         key = os.fspath(device_dir)
-        try:
-            inode = os.stat(key).st_ino
-        except OSError:
-            inode = -1
+        current = identity(key)
         known = self._known.get(key)
-        if known is not None and known[0] == inode:
+        if known is not None and current is not None and known[0] == current:
             return known[1]
         nodes = numa_nodes_of(key, self.root)
-        self._known[key] = (inode, nodes)
+        self._known[key] = (current, nodes)
         return nodes

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
 
 from intel_device_plugins.deviceplugin.model import (
     CdiDevice,
@@ -27,6 +25,7 @@ from intel_device_plugins.sysfs import (
     INTEL_VENDOR_ID,
     PCI_ADDRESS,
     driver_name,
+    identity,
     is_pf_with_vfs,
     list_dir,
     prefixed,
@@ -135,49 +134,97 @@ def _by_path_mounts(view: _NodeView, mode: ByPath, pci_dir: str) -> tuple[Mount,
     return tuple(Mount(path, path, read_only=True) for path in paths)
 
 
-def _mei_nodes(view: _NodeView, pci_dir: str) -> tuple[DeviceNode, ...]:
-    nodes: list[DeviceNode] = []
+def _mei_names(pci_dir: str) -> tuple[str, ...]:
+    names: list[str] = []
     for entry in list_dir(pci_dir) or ():
         if ".mei-" in entry:
-            for name in list_dir(os.path.join(pci_dir, entry, "mei")) or ():
-                path = os.path.join(view.dev_dir, name)
-                nodes.append(DeviceNode(path, path, "rw"))
-    return tuple(nodes)
+            names.extend(list_dir(os.path.join(pci_dir, entry, "mei")) or ())
+    return tuple(names)
 
 
-NumaLookup = Callable[[str], tuple[int, ...]]
-"""PCI function directory → NUMA nodes; may raise ``TopologyError``. Plugins pass a cached one."""
+@dataclass(frozen=True)
+class CardFacts:
+    """What cannot change while a card's PCI function exists, so it is read once, not every scan."""
+
+    vendor: str
+    device_id: str | None
+    drm_entries: tuple[str, ...]
+    numa: tuple[int, ...]
+    numa_problem: str
+    mei_names: tuple[str, ...]
+
+
+def read_card_facts(device_dir: str, pci_dir: str, sys_devices: str) -> CardFacts | str:
+    """The card's static facts, or a reason why they cannot be read (not remembered)."""
+    vendor = read_trimmed(os.path.join(device_dir, "vendor"))
+    if vendor is None:
+        return f"cannot read {device_dir}/vendor; card skipped"
+    drm_entries = list_dir(os.path.join(device_dir, "drm"))
+    if drm_entries is None:
+        return ""
+    numa: tuple[int, ...] = ()
+    numa_problem = ""
+    try:
+        numa = numa_nodes_of_resolved(pci_dir, sys_devices)
+    except TopologyError as error:
+        numa_problem = f"{error}; no NUMA topology reported"
+    return CardFacts(
+        vendor=vendor,
+        device_id=read_first_line(os.path.join(device_dir, "device")) or None,
+        drm_entries=tuple(drm_entries),
+        numa=numa,
+        numa_problem=numa_problem,
+        mei_names=_mei_names(pci_dir),
+    )
+
+
+class CardFactsCache:
+    """Card facts per PCI function directory, kept while the directory stays the same one.
+
+    A re-plugged card gets a new sysfs directory, so nothing stale survives it.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[tuple[int, int] | None, CardFacts]] = {}
+
+    def get(self, device_dir: str, pci_dir: str, sys_devices: str) -> CardFacts | str:
+        current = identity(pci_dir)
+        known = self._known.get(pci_dir)
+        if known is not None and current is not None and known[0] == current:
+            return known[1]
+        facts = read_card_facts(device_dir, pci_dir, sys_devices)
+        if isinstance(facts, CardFacts):
+            self._known[pci_dir] = (current, facts)
+        return facts
 
 
 def _inspect_card(
-    view: _NodeView, name: str, options: GpuOptions, numa_of: NumaLookup, problems: list[str]
+    view: _NodeView, name: str, options: GpuOptions, cache: CardFactsCache, problems: list[str]
 ) -> _Card | None:
     device_dir = os.path.join(view.drm_dir, name, "device")
-    vendor = read_trimmed(os.path.join(device_dir, "vendor"))
-    if vendor is None:
-        problems.append(f"GPU {name}: cannot read {device_dir}/vendor; card skipped")
+    pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
+    facts = cache.get(device_dir, pci_dir, view.sys_devices)
+    if isinstance(facts, str):
+        if facts:
+            problems.append(f"GPU {name}: {facts}")
         return None
-    if vendor != INTEL_VENDOR_ID:
-        return None
-    drm_entries = list_dir(os.path.join(device_dir, "drm"))
-    if drm_entries is None:
+    if facts.vendor != INTEL_VENDOR_ID:
         return None
     if options.allow_ids or options.deny_ids:
-        device_id = read_first_line(os.path.join(device_dir, "device"))
-        if not device_id:
+        if not facts.device_id:
             problems.append(
                 f"GPU {name}: cannot read its PCI device ID; skipped because allow/deny lists are set"
             )
             return None
-        if options.allow_ids and device_id not in options.allow_ids:
+        if options.allow_ids and facts.device_id not in options.allow_ids:
             return None
-        if device_id in options.deny_ids:
+        if facts.device_id in options.deny_ids:
             return None
     if is_pf_with_vfs(device_dir):
         return None
 
     driver = driver_name(device_dir) or DEFAULT_DRIVER
-    expected = [entry for entry in drm_entries if not CONTROL_NODE.match(entry)]
+    expected = [entry for entry in facts.drm_entries if not CONTROL_NODE.match(entry)]
     present = [entry for entry in expected if entry in view.dri_entries]
     paths = [os.path.join(view.dri_dir, entry) for entry in present]
     nodes = tuple(DeviceNode(path, path, "rw") for path in paths)
@@ -194,21 +241,20 @@ def _inspect_card(
         problems.append(f"GPU {name}: device nodes {missing} missing in {view.dri_dir}; reported Unhealthy")
         health = Health.UNHEALTHY
 
-    pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
+    if facts.numa_problem:
+        problems.append(f"GPU {name}: {facts.numa_problem}")
     mounts = _by_path_mounts(view, options.by_path, pci_dir)
-    try:
-        numa = numa_of(pci_dir)
-    except TopologyError as error:
-        problems.append(f"GPU {name}: {error}; no NUMA topology reported")
-        numa = ()
     info = DeviceInfo(
         health=health,
         nodes=nodes,
         mounts=mounts,
-        numa_nodes=numa,
+        numa_nodes=facts.numa,
         cdi=CdiDevice(kind=CDI_KIND, name=name, nodes=nodes, mounts=mounts) if nodes else None,
     )
-    monitoring = nodes + _mei_nodes(view, pci_dir) if options.enable_monitoring else ()
+    monitoring: tuple[DeviceNode, ...] = ()
+    if options.enable_monitoring:
+        mei = (os.path.join(view.dev_dir, mei_name) for mei_name in facts.mei_names)
+        monitoring = nodes + tuple(DeviceNode(path, path, "rw") for path in mei)
     return _Card(name, driver, info, monitoring)
 
 
@@ -216,19 +262,22 @@ def _card_number(name: str) -> int:
     return int(name[4:])
 
 
-def scan_gpus(prefix: str, options: GpuOptions, numa_of: NumaLookup | None = None) -> GpuScan:
-    """The complete GPU device tree of the node under ``prefix``, with the problems found."""
+def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = None) -> GpuScan:
+    """The complete GPU device tree of the node under ``prefix``, with the problems found.
+
+    ``cache`` carries the cards' static facts from one scan to the next; without it every fact
+    is read afresh. Either way the result is the same.
+    """
     problems: list[str] = []
     view = _node_view(prefix)
-    if numa_of is None:
-        numa_of = partial(numa_nodes_of_resolved, sys_devices=view.sys_devices)
+    cache = cache if cache is not None else CardFactsCache()
     entries = list_dir(view.drm_dir)
     if entries is None:
         return GpuScan({}, (f"cannot read {view.drm_dir}; no GPUs advertised",))
     tree: dict[str, dict[str, DeviceInfo]] = {}
     monitoring: dict[str, list[DeviceNode]] = {}
     for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
-        card = _inspect_card(view, name, options, numa_of, problems)
+        card = _inspect_card(view, name, options, cache, problems)
         if card is None:
             continue
         devices = tree.setdefault(card.driver, {})

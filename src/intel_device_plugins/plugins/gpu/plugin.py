@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import DeviceTree
-from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.deviceplugin.problems import ProblemLog
-from intel_device_plugins.plugins.gpu.discovery import NAMESPACE, GpuOptions, scan_gpus
+from intel_device_plugins.plugins.gpu.discovery import NAMESPACE, CardFactsCache, GpuOptions, scan_gpus
 from intel_device_plugins.plugins.gpu.policy import POLICIES, AllocationPolicy
 from intel_device_plugins.sysfs import prefixed
 
@@ -23,17 +22,14 @@ class GpuPlugin:
     options: GpuOptions = field(default_factory=GpuOptions)
     policy: AllocationPolicy = AllocationPolicy.NONE
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
-    numa: NumaCache = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.numa = NumaCache(self.prefix or "/")
+    cards: CardFactsCache = field(default_factory=CardFactsCache)
 
     @property
     def namespace(self) -> str:
         return NAMESPACE
 
     def scan(self) -> DeviceTree:
-        result = scan_gpus(self.prefix, self.options, self.numa)
+        result = scan_gpus(self.prefix, self.options, self.cards)
         self.problems.report(result.problems)
         return result.tree
 
