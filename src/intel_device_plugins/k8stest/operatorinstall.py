@@ -16,6 +16,7 @@ Shared by ``tests/operator/test_operator_cluster.py`` and ``bench/bench_operator
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import os
 import subprocess
@@ -129,6 +130,7 @@ class Installed:
         self.operators: list[OperatorProcess] = []
         self.webhook_port = 0
         self.extra_env = extra_env
+        self.apiserver_restarts: list[tuple[dt.datetime, dt.datetime]] = []  # for callers that restart it
 
     def start_operator(self, name: str) -> OperatorProcess:
         env = {"DEVICEPLUGIN_NAMESPACE": NS, **self.extra_env}
