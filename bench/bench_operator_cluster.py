@@ -4,7 +4,9 @@ Starts a private control plane, installs ``deploy/operator/self-signed`` and run
 process with the Deployment's flags and its ServiceAccount token (``k8stest.operatorinstall``), then:
 
 - ``latency``: ``--crs`` GPU CRs created one after another (through the admission webhooks); for each, the
-  time from sending the create (so admission included) to the DaemonSet existing (p50/p95/max).
+  time from sending the create (so admission included) to the DaemonSet existing (p50/p95/max). Back to
+  back by default, so each CR's follow-up reconciles (status, DaemonSet events) overlap the next one;
+  ``--pause`` spaces them out.
 - ``admission``: dry-run creates of CRs of every kind, valid and invalid, at ``--rate`` per second for
   ``--seconds``, timed end to end through the API server (which calls the mutating and then the validating
   webhook over TLS for each valid request, and stops after the validating one for an invalid request).
@@ -60,7 +62,7 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def latency(client: KubeClient, count: int) -> dict[str, Any]:
+def latency(client: KubeClient, count: int, pause: float = 0.0) -> dict[str, Any]:
     times = []
     creates = []
     for i in range(count):
@@ -84,10 +86,12 @@ def latency(client: KubeClient, count: int) -> dict[str, Any]:
                 raise TimeoutError(name)
             time.sleep(0.005)
         times.append((time.perf_counter() - start) * 1000)
+        time.sleep(pause)
     for i in range(count):
         client.delete(cr_path(GPU, f"bench-lat-{i}"))
     return {
         "CR -> DaemonSet, CRs": count,
+        "pause between CRs s": pause,
         "p50 ms": pct(times, 0.5),
         "p95 ms": pct(times, 0.95),
         "max ms": round(max(times), 1),
@@ -220,6 +224,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", nargs="+", choices=("latency", "admission", "admission-baseline", "status"))
     ap.add_argument("--crs", type=int, default=50)
+    ap.add_argument(
+        "--pause", type=float, default=0.0, help="seconds between CRs in latency (0: back to back)"
+    )
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--nodes", type=int, default=1000)
@@ -238,7 +245,7 @@ def main() -> int:
         try:
             for what in args.what:
                 if what == "latency":
-                    result = latency(client, args.crs)
+                    result = latency(client, args.crs, args.pause)
                 elif what == "admission":
                     result = admission(client, args.rate, args.seconds)
                 elif what == "admission-baseline":
