@@ -1,97 +1,202 @@
-"""End-to-end operator figures on a real control plane (the integration harness with kwok nodes).
+"""End-to-end operator figures on the harness control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok).
 
-Expects the CRDs installed and the operator running against the cluster named by ``--kubeconfig``, with its
-DaemonSets in ``--namespace``. Two measurements:
+Starts a private control plane, installs ``deploy/operator/self-signed`` and runs the operator as a local
+process with the Deployment's flags and its ServiceAccount token (``k8stest.operatorinstall``), then:
 
-- ``latency``: create ``--crs`` GPU CRs one after another; for each, the time from the create call returning
-  to the DaemonSet existing (p50/p95/max).
-- ``status``: label the ``--nodes`` kwok nodes into 8 pools, create one GPU CR per pool and time until every
-  CR's status reports all its nodes desired and ready.
+- ``latency``: ``--crs`` GPU CRs created one after another (through the admission webhooks); for each, the
+  time from sending the create (so admission included) to the DaemonSet existing (p50/p95/max). Back to
+  back by default, so each CR's follow-up reconciles (status, DaemonSet events) overlap the next one;
+  ``--pause`` spaces them out.
+- ``admission``: dry-run creates of CRs of every kind, valid and invalid, at ``--rate`` per second for
+  ``--seconds``, timed end to end through the API server (which calls the mutating and then the validating
+  webhook over TLS for each valid request, and stops after the validating one for an invalid request).
+- ``admission-baseline``: the same requests on objects the webhook configurations then exclude with an
+  ``objectSelector``, so the API server's own share of the latency (authentication, schema, dry run) shows.
+- ``status``: ``--nodes`` kwok nodes in 8 pools, one GPU CR per pool; reports when all 8 DaemonSets are Ready
+  and how long after that every CR's status shows the right desired/ready counts and node names.
 
-    .venv/bin/python bench/bench_operator_cluster.py --kubeconfig k.yaml --namespace ns latency
-    .venv/bin/python bench/bench_operator_cluster.py --kubeconfig k.yaml --namespace ns status --nodes 1000
+The operator's peak RSS (VmHWM) so far is printed after each step.
+
+    .venv/bin/python bench/bench_operator_cluster.py latency admission admission-baseline status --nodes 1000
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from lightkube import ApiError, Client, KubeConfig
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node
+from intel_device_plugins.k8stest.binaries import find_binaries
+from intel_device_plugins.k8stest.controlplane import running_control_plane
+from intel_device_plugins.k8stest.kubeclient import ApiError, KubeClient, wait_for
+from intel_device_plugins.k8stest.kwok import create_kwok_nodes
+from intel_device_plugins.k8stest.operatorinstall import NS, WEBHOOK_CONFIGS, install
+from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
 
-from intel_device_plugins.operator.controller import cr_resources
-from intel_device_plugins.operator.kinds import DeviceKind
-
-GPU = cr_resources()[DeviceKind.GPU]
+GPU = DeviceKind.GPU
 POOL_LABEL = "bench.intel.com/pool"
 
 
-def new_cr(name: str, selector: dict[str, str]) -> Any:
-    return GPU.from_dict(
-        {
-            "apiVersion": "deviceplugin.intel.com/v1",
-            "kind": "GpuDevicePlugin",
-            "metadata": {"name": name},
-            "spec": {
-                "image": "intel/intel-gpu-plugin:0.36.0",
-                "nodeSelector": selector,
-                "tolerations": [{"operator": "Exists"}],
-            },
-        }
-    )
+def cr_path(kind: DeviceKind, name: str = "") -> str:
+    base = f"/apis/{API_VERSION}/{kind.plural}"
+    return f"{base}/{name}" if name else base
 
 
-def wait_for(probe: Any, limit_s: float, step_s: float = 0.02) -> float:
-    start = time.perf_counter()
-    while time.perf_counter() - start < limit_s:
-        if probe():
-            return time.perf_counter() - start
-        time.sleep(step_s)
-    raise TimeoutError("not reached in time")
+def cr(kind: DeviceKind, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": kind.kind, "metadata": {"name": name}, "spec": spec}
 
 
-def latency(client: Client, namespace: str, count: int) -> dict[str, float]:
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def latency(client: KubeClient, count: int, pause: float = 0.0) -> dict[str, Any]:
     times = []
+    creates = []
     for i in range(count):
         name = f"bench-lat-{i}"
-        client.create(new_cr(name, {"bench.intel.com/none": "x"}))
+        start = time.perf_counter()  # before the create call: admission is part of "applied"
+        client.create(cr_path(GPU), cr(GPU, name, {"nodeSelector": {"bench.intel.com/none": "x"}}))
+        creates.append((time.perf_counter() - start) * 1000)
+        ds_path = f"/apis/apps/v1/namespaces/{NS}/daemonsets/{GPU.daemonset_name(name)}"
 
-        def exists(name: str = name) -> bool:
+        def exists(path: str = ds_path) -> bool:
             try:
-                client.get(DaemonSet, DeviceKind.GPU.daemonset_name(name), namespace=namespace)
+                client.get(path)
                 return True
-            except ApiError:
+            except ApiError as e:
+                if e.status != 404:
+                    raise
                 return False
 
-        times.append(wait_for(exists, 30) * 1000)
+        while not exists():
+            if time.perf_counter() - start > 30:
+                raise TimeoutError(name)
+            time.sleep(0.005)
+        times.append((time.perf_counter() - start) * 1000)
+        time.sleep(pause)
     for i in range(count):
-        client.delete(GPU, f"bench-lat-{i}")
-    ordered = sorted(times)
+        client.delete(cr_path(GPU, f"bench-lat-{i}"))
     return {
-        "crs": count,
-        "p50_ms": round(statistics.median(times), 1),
-        "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))], 1),
-        "max_ms": round(max(times), 1),
+        "CR -> DaemonSet, CRs": count,
+        "pause between CRs s": pause,
+        "p50 ms": pct(times, 0.5),
+        "p95 ms": pct(times, 0.95),
+        "max ms": round(max(times), 1),
+        "of which the create call, p50 ms": pct(creates, 0.5),
     }
 
 
-def status(client: Client, nodes: int, pools: int = 8) -> dict[str, float]:
-    names = sorted(n.metadata.name for n in client.list(Node) if n.metadata and n.metadata.name)[:nodes]
-    for i, node in enumerate(names):
-        client.patch(Node, node, {"metadata": {"labels": {POOL_LABEL: str(i % pools)}}})
-    expected = {p: sum(1 for i in range(len(names)) if i % pools == p) for p in range(pools)}
+NO_WEBHOOK_LABEL = "bench.intel.com/no-webhook"
+
+
+def skip_webhooks_for_label(client: KubeClient) -> None:
+    """Objects labelled ``NO_WEBHOOK_LABEL`` bypass the webhooks: a baseline of the API server alone."""
+    selector = {"matchExpressions": [{"key": NO_WEBHOOK_LABEL, "operator": "DoesNotExist"}]}
+    for resource, name in WEBHOOK_CONFIGS.items():
+        path = f"/apis/admissionregistration.k8s.io/v1/{resource}/{name}"
+        hooks = client.get(path)["webhooks"]
+        ops = [
+            {"op": "add", "path": f"/webhooks/{i}/objectSelector", "value": selector}
+            for i in range(len(hooks))
+        ]
+        client.request("PATCH", path, ops, content_type="application/json-patch+json")
+
+
+def admission(client: KubeClient, rate: float, seconds: float, *, webhooks: bool = True) -> dict[str, Any]:
+    total = int(rate * seconds)
+    kinds = list(ALL_KINDS)
+    latencies: list[float] = []
+    denied = 0
+    lock = threading.Lock()
+    clients = [KubeClient(client.creds) for _ in range(4)]
+
+    def one(i: int) -> None:
+        nonlocal denied
+        kind = kinds[i % len(kinds)]
+        valid = i % 4 != 3
+        image = f"intel/intel-{kind.value}-plugin:0.36.0" if valid else "intel/other:devel"
+        body = cr(kind, f"adm-{i}", {"image": image, "logLevel": 2, "nodeSelector": {"a": "b"}})
+        if not webhooks:
+            body["metadata"]["labels"] = {NO_WEBHOOK_LABEL: "true"}
+        c = clients[i % len(clients)]
+        t0 = time.perf_counter()
+        try:
+            c.create(cr_path(kind) + "?dryRun=All", body)
+            ok = True
+        except ApiError:
+            ok = False
+        took = (time.perf_counter() - t0) * 1000
+        with lock:
+            latencies.append(took)
+            denied += 0 if ok else 1
+
+    threads: list[threading.Thread] = []
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        time.sleep(max(0.0, due - time.perf_counter()))
+        t = threading.Thread(target=one, args=(i,))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    for c in clients:
+        c.close()
+    return {
+        "admission requests": total,
+        "rate /s": rate,
+        "through the webhooks": webhooks,
+        "denied": f"{denied} (expected {total // 4 if webhooks else 0})",
+        "p50 ms": pct(latencies, 0.5),
+        "p95 ms": pct(latencies, 0.95),
+        "p99 ms": pct(latencies, 0.99),
+        "max ms": round(max(latencies), 1),
+    }
+
+
+def status(client: KubeClient, nodes: int, pools: int = 8) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    names: list[str] = []
+    for p in range(pools):
+        count = nodes // pools + (1 if p < nodes % pools else 0)
+        names += create_kwok_nodes(
+            client, count, prefix=f"bench-{p}-", labels={POOL_LABEL: str(p)}, timeout=600
+        )
+    nodes_ready = time.perf_counter() - t0
+    expected = {p: nodes // pools + (1 if p < nodes % pools else 0) for p in range(pools)}
     start = time.perf_counter()
     for p in range(pools):
-        client.create(new_cr(f"bench-pool-{p}", {POOL_LABEL: str(p)}))
+        client.create(cr_path(GPU), cr(GPU, f"bench-pool-{p}", {"nodeSelector": {POOL_LABEL: str(p)}}))
+
+    def ds_ready() -> bool:
+        for p in range(pools):
+            try:
+                ds = client.get(
+                    f"/apis/apps/v1/namespaces/{NS}/daemonsets/{GPU.daemonset_name(f'bench-pool-{p}')}"
+                )
+            except ApiError:
+                return False
+            st = ds.get("status") or {}
+            if not (st.get("desiredNumberScheduled") == st.get("numberReady") == expected[p]):
+                return False
+        return True
 
     def converged() -> bool:
         for p in range(pools):
-            st = dict(client.get(GPU, f"bench-pool-{p}")).get("status") or {}
+            st = client.get(cr_path(GPU, f"bench-pool-{p}")).get("status") or {}
             if not (
                 st.get("desiredNumberScheduled") == st.get("numberReady") == expected[p]
                 and len(st.get("nodeNames") or ()) == expected[p]
@@ -99,27 +204,64 @@ def status(client: Client, nodes: int, pools: int = 8) -> dict[str, float]:
                 return False
         return True
 
-    wait_for(converged, 120, 0.2)
-    took = time.perf_counter() - start
+    wait_for("8 DaemonSets Ready", ds_ready, timeout=900, interval=0.1)
+    ds_at = time.perf_counter() - start
+    wait_for("8 CR statuses correct", converged, timeout=300, interval=0.1)
+    status_at = time.perf_counter() - start
     for p in range(pools):
-        client.delete(GPU, f"bench-pool-{p}")
-    return {"nodes": len(names), "crs": pools, "status_converged_s": round(took, 2)}
+        client.delete(cr_path(GPU, f"bench-pool-{p}"))
+    return {
+        "kwok nodes": len(names),
+        "nodes Ready after s": round(nodes_ready, 1),
+        "CRs": pools,
+        "DaemonSets Ready after s": round(ds_at, 1),
+        "statuses correct after s": round(status_at, 1),
+        "status lag behind DaemonSets s": round(status_at - ds_at, 1),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kubeconfig", required=True)
-    ap.add_argument("--namespace", required=True, help="namespace of the operator's DaemonSets")
-    ap.add_argument("what", choices=("latency", "status"))
+    ap.add_argument("what", nargs="+", choices=("latency", "admission", "admission-baseline", "status"))
     ap.add_argument("--crs", type=int, default=50)
+    ap.add_argument(
+        "--pause", type=float, default=0.0, help="seconds between CRs in latency (0: back to back)"
+    )
+    ap.add_argument("--rate", type=float, default=50.0)
+    ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--nodes", type=int, default=1000)
     args = ap.parse_args()
-    client = Client(KubeConfig.from_file(args.kubeconfig), field_manager="bench")
-    result = (
-        latency(client, args.namespace, args.crs) if args.what == "latency" else status(client, args.nodes)
-    )
-    for k, v in result.items():
-        print(f"{k:>20}: {v}")
+    bins, reason = find_binaries()
+    if bins is None:
+        print(reason, file=sys.stderr)
+        return 2
+    print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-operator-") as tmp,
+        running_control_plane(bins, Path(tmp) / "cp") as cp,
+    ):
+        installed = install(cp, Path(tmp) / "operator")
+        client = cp.client()
+        try:
+            for what in args.what:
+                if what == "latency":
+                    result = latency(client, args.crs, args.pause)
+                elif what == "admission":
+                    result = admission(client, args.rate, args.seconds)
+                elif what == "admission-baseline":
+                    skip_webhooks_for_label(client)
+                    result = admission(client, args.rate, args.seconds, webhooks=False)
+                else:
+                    result = status(client, args.nodes)
+                print(f"== {what}")
+                op = next(o for o in installed.operators if o.proc.alive())
+                result["operator peak RSS MiB so far"] = peak_rss_mib(op.proc.pid)
+                for k, v in result.items():
+                    print(f"{k:>40}: {v}")
+        finally:
+            client.close()
+            installed.stop()
+    print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
     return 0
 
 

@@ -101,3 +101,14 @@ def test_ca_bundle_patch() -> None:
     ]
     first["clientConfig"]["caBundle"] = want
     assert ca_bundle_patch(config, bundle.ca_bundle()) == []
+
+
+def test_long_service_names_fit_the_common_name() -> None:
+    """The shipped self-signed overlay's names give a 65-character first DNS name (CN limit: 64)."""
+    names = service_dns_names("intel-deviceplugins-webhook-service", "inteldeviceplugins-system")
+    assert len(names[0]) == 65
+    bundle = issue(None, names, NOW)
+    cert = x509.load_pem_x509_certificate(bundle.tls_cert)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == list(names)
+    assert renewal_reason(bundle, names, NOW) == ""

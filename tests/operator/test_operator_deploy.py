@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from intel_device_plugins.k8stest.binaries import find_binaries, in_ci
 from intel_device_plugins.operator import crdgen
 from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
 from intel_device_plugins.operator.validation import default_spec, validate_object
@@ -18,15 +18,23 @@ from intel_device_plugins.operator.validation import default_spec, validate_obje
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZE_DIRS = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
-KUBECTL = shutil.which("kubectl")
+
+
+@cache
+def kubectl() -> str:
+    """The kubectl that test/k8s/build.sh builds; missing fails under CI=true, as the k8s fixtures do."""
+    bins, reason = find_binaries()
+    if bins is None:
+        if in_ci():
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(reason)
+    return str(bins.path("kubectl"))
 
 
 @cache
 def render(directory: Path) -> tuple[dict[str, Any], ...]:
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed")
     out = subprocess.run(
-        [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+        [kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
     )
     assert out.returncode == 0, out.stderr
     return tuple(d for d in yaml.safe_load_all(out.stdout) if d is not None)

@@ -101,11 +101,11 @@ class KubeClient:
         self,
         method: str,
         path: str,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | list[Any] | None = None,
         *,
         content_type: str = "application/json",
     ) -> JSON:
-        """Send one request; return the decoded JSON body or raise ApiError."""
+        """Send one request; return the decoded JSON body or raise ApiError (a list body: JSON patch)."""
         headers = {"Authorization": f"Bearer {self.creds.token}", "Accept": "application/json"}
         data = None
         if body is not None:

@@ -109,6 +109,16 @@ def new_ca(now: dt.datetime, common_name: str = "intel-deviceplugin-operator-ca"
     return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
+def common_name(dns_names: Sequence[str]) -> str:
+    """The subject CN: the first DNS name, or its first label when the name exceeds X.509's 64 characters.
+
+    Clients match the SANs, never the CN; the shipped overlay's Service name with its namespace
+    (``intel-deviceplugins-webhook-service.inteldeviceplugins-system.svc``) is 65 characters long.
+    """
+    first = dns_names[0]
+    return first if len(first) <= 64 else first.split(".", 1)[0][:64]
+
+
 def new_serving(
     ca_cert: bytes, ca_key: bytes, dns_names: Sequence[str], now: dt.datetime
 ) -> tuple[bytes, bytes]:
@@ -120,7 +130,7 @@ def new_serving(
     key = _key()
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name(dns_names))]))
         .issuer_name(ca.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())

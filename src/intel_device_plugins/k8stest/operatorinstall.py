@@ -1,0 +1,205 @@
+"""The operator installed from ``deploy/operator/self-signed`` on a harness control plane, run locally.
+
+Shared by ``tests/operator/test_operator_cluster.py`` and ``bench/bench_operator_cluster.py``:
+
+1. ``kubectl apply -k deploy/operator/self-signed``: CRDs, namespace, ServiceAccount, the shipped RBAC,
+   webhook configurations, Service, the empty certificate Secret and the operator Deployment.
+2. The Deployment is scaled to 0. Its pod would be scheduled onto a kwok node, which only pretends to run
+   containers, so the operator runs here as a local process instead: the Deployment's own arguments and
+   environment, with the ServiceAccount's token (TokenRequest) as its only credentials, so the shipped RBAC
+   is all it has. Only the listening ports and the certificate directory differ (free loopback ports).
+3. The webhook Service becomes ``type: ExternalName`` with ``externalName: localhost`` and the webhook
+   configurations' service port becomes the local operator's webhook port. The API server then calls the
+   operator over TLS as in a cluster: by Service reference, checking the certificate against the Service's
+   DNS name and the CA bundle that the operator itself issued and injected (self-managed mode).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from intel_device_plugins.k8stest.binaries import repo_root
+from intel_device_plugins.k8stest.controlplane import ControlPlane
+from intel_device_plugins.k8stest.kubeclient import JSON, wait_for
+from intel_device_plugins.k8stest.process import ManagedProcess, free_port
+from intel_device_plugins.operator.leader import LEASE_NAME
+
+NS = "inteldeviceplugins-system"
+PREFIX = "intel-deviceplugins-"
+SA = f"{PREFIX}controller-manager"
+SECRET = f"{PREFIX}webhook-server-cert"
+SERVICE = f"{PREFIX}webhook-service"
+WEBHOOK_CONFIGS = {
+    "mutatingwebhookconfigurations": f"{PREFIX}mutating-webhook-configuration",
+    "validatingwebhookconfigurations": f"{PREFIX}validating-webhook-configuration",
+}
+
+
+def overlay_dir() -> Path:
+    root = repo_root()
+    if root is None:
+        raise RuntimeError("deploy/ is only available in a checkout of the repository")
+    return root / "deploy" / "operator" / "self-signed"
+
+
+class Kubectl:
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    def __call__(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            [str(self.binary), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and out.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {out.stderr}")
+        return out
+
+
+class OperatorProcess:
+    """``intel_deviceplugin_operator`` started the way the shipped Deployment starts it."""
+
+    def __init__(
+        self, name: str, args: list[str], env: dict[str, str], kubeconfig: Path, workdir: Path
+    ) -> None:
+        self.name = name
+        self.health_port = free_port()
+        self.metrics_port = free_port()
+        self.webhook_port = free_port()
+        self.cert_dir = workdir / f"{name}-certs"
+        argv = []
+        for arg in args:
+            if arg.startswith("--health-probe-bind-address="):
+                arg = f"--health-probe-bind-address=127.0.0.1:{self.health_port}"
+            elif arg.startswith("--metrics-bind-address="):
+                arg = f"--metrics-bind-address=127.0.0.1:{self.metrics_port}"
+            argv.append(arg)
+        argv += [f"--webhook-port={self.webhook_port}", f"--webhook-cert-dir={self.cert_dir}"]
+        exe = Path(sys.executable).with_name("intel_deviceplugin_operator")
+        self.argv = [str(exe), *argv]
+        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+        self.env = {**keep, **env, "POD_NAME": name, "KUBECONFIG": str(kubeconfig)}
+        self.log_path = workdir / f"{name}.log"
+        self.proc = ManagedProcess(name, self.argv, self.log_path, env=self.env)
+
+    def restart(self) -> None:
+        """Start again with the same ports, as the kubelet restarts a container that exited."""
+        self.proc = ManagedProcess(self.name, self.argv, self.log_path, env=self.env)
+
+    def ready(self) -> bool:
+        self.proc.check_alive()
+        conn = http.client.HTTPConnection("127.0.0.1", self.health_port, timeout=2)
+        try:
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class Installed:
+    """What the module's set-up made: clients, the rendered Deployment, and the operator processes."""
+
+    def __init__(
+        self, cp: ControlPlane, kubectl: Kubectl, workdir: Path, deployment: JSON, extra_env: dict[str, str]
+    ) -> None:
+        self.cp = cp
+        self.kubectl = kubectl
+        self.workdir = workdir
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        self.args: list[str] = list(container["args"])
+        self.sa_kubeconfig = cp.service_account_kubeconfig(NS, SA)
+        self.operators: list[OperatorProcess] = []
+        self.webhook_port = 0
+        self.extra_env = extra_env
+        self.apiserver_restarts: list[tuple[dt.datetime, dt.datetime]] = []  # for callers that restart it
+
+    def start_operator(self, name: str) -> OperatorProcess:
+        env = {"DEVICEPLUGIN_NAMESPACE": NS, **self.extra_env}
+        op = OperatorProcess(name, self.args, env, self.sa_kubeconfig, self.workdir)
+        self.operators.append(op)
+        try:
+            wait_for(f"operator {name} /readyz", op.ready, timeout=60)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; its log ends:\n{op.log()[-4000:]}") from None
+        return op
+
+    def route_webhooks_to(self, op: OperatorProcess) -> None:
+        """Point both webhook configurations' Service port at ``op``'s webhook server."""
+        c = self.cp.client()
+        try:
+            for resource, name in WEBHOOK_CONFIGS.items():
+                path = f"/apis/admissionregistration.k8s.io/v1/{resource}/{name}"
+                hooks = c.get(path)["webhooks"]
+                ops = [
+                    {
+                        "op": "add",
+                        "path": f"/webhooks/{i}/clientConfig/service/port",
+                        "value": op.webhook_port,
+                    }
+                    for i in range(len(hooks))
+                ]
+                c.request("PATCH", path, ops, content_type="application/json-patch+json")
+        finally:
+            c.close()
+        self.webhook_port = op.webhook_port
+
+    def stop(self) -> dict[str, str]:
+        """Stop every operator process and remove the install; returns each process's log."""
+        logs = {op.name: op.log() for op in self.operators}
+        for op in self.operators:
+            op.proc.stop()
+        # Custom resources and their DaemonSets go with the CRDs; nothing of the install is left behind.
+        self.kubectl("delete", "-k", str(overlay_dir()), "--ignore-not-found", "--wait=false", check=False)
+        return logs
+
+    def leader(self) -> str:
+        c = self.cp.client()
+        try:
+            lease = c.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE_NAME}")
+            return str(lease["spec"].get("holderIdentity") or "")
+        finally:
+            c.close()
+
+
+def install(cp: ControlPlane, workdir: Path, extra_env: dict[str, str] | None = None) -> Installed:
+    """Apply the overlay, reroute the webhook Service to loopback and start the first operator (leader)."""
+    kubectl = Kubectl(cp.binaries.path("kubectl"), cp.admin_kubeconfig)
+    overlay = overlay_dir()
+    rendered = [d for d in yaml.safe_load_all(kubectl("kustomize", str(overlay)).stdout) if d]
+    (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
+    kubectl("apply", "-k", str(overlay))
+    kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    # The Deployment's pod would only pretend to run on a kwok node: the operator runs locally instead.
+    kubectl("scale", "-n", NS, "deployment", f"{PREFIX}controller-manager", "--replicas=0")
+    kubectl("delete", "-n", NS, "service", SERVICE)
+    kubectl(
+        "create", "-n", NS, "service", "externalname", SERVICE, "--external-name=localhost", "--tcp=443:9443"
+    )
+    setup = Installed(cp, kubectl, workdir, deployment, extra_env or {})
+    try:
+        primary = setup.start_operator("operator-a")
+        setup.route_webhooks_to(primary)
+        wait_for("operator-a to lead", lambda: setup.leader() == "operator-a", timeout=30)
+    except BaseException:
+        setup.stop()
+        raise
+    return setup
