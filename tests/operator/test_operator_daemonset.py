@@ -70,14 +70,14 @@ def test_common_shape(kind: DeviceKind) -> None:
 @pytest.mark.parametrize(
     ("kind", "requests", "limits", "automount"),
     [
-        (DeviceKind.DLB, ("15Mi", "40m"), ("30Mi", "100m"), False),
-        (DeviceKind.DSA, ("25Mi", "50m"), ("50Mi", "100m"), False),
-        (DeviceKind.FPGA, ("30Mi", "80m"), ("60Mi", "160m"), None),
-        (DeviceKind.GPU, ("45Mi", "40m"), ("90Mi", "100m"), None),
-        (DeviceKind.IAA, ("25Mi", "60m"), ("50Mi", "120m"), False),
-        (DeviceKind.NPU, ("45Mi", "40m"), ("90Mi", "100m"), None),
-        (DeviceKind.QAT, ("15Mi", "70m"), ("30Mi", "140m"), False),
-        (DeviceKind.SGX, ("15Mi", "40m"), ("30Mi", "100m"), False),
+        (DeviceKind.DLB, ("48Mi", "40m"), ("96Mi", "100m"), False),
+        (DeviceKind.DSA, ("48Mi", "50m"), ("96Mi", "100m"), False),
+        (DeviceKind.FPGA, ("48Mi", "80m"), ("96Mi", "160m"), None),
+        (DeviceKind.GPU, ("48Mi", "40m"), ("96Mi", "100m"), None),
+        (DeviceKind.IAA, ("48Mi", "60m"), ("96Mi", "120m"), False),
+        (DeviceKind.NPU, ("48Mi", "40m"), ("96Mi", "100m"), None),
+        (DeviceKind.QAT, ("48Mi", "70m"), ("96Mi", "140m"), False),
+        (DeviceKind.SGX, ("48Mi", "40m"), ("96Mi", "100m"), False),
     ],
 )
 def test_resources_and_token(

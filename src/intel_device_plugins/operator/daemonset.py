@@ -86,6 +86,12 @@ class KindTemplate:
     termination_log: bool = False
 
 
+PLUGIN_MEMORY_REQUEST = "48Mi"
+PLUGIN_MEMORY_LIMIT = "96Mi"
+"""Every plugin is one Python process whose peak RSS measured 43-45 MiB whatever the device kind
+(docs/performance.md); the limit is twice that worst case, the request its typical size. Upstream's
+smaller figures suit its Go binaries and would get these processes OOM-killed."""
+
 _SOCKETS = HostMount("kubeletsockets", KUBELET_SOCKETS, KUBELET_SOCKETS)
 _CDI = HostMount("cdipath", "/var/run/cdi", "/var/run/cdi", host_type="DirectoryOrCreate")
 
@@ -96,8 +102,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             HostMount("sysfs", "/sys/class/dlb2", "/sys/class/dlb2", True),
             _SOCKETS,
         ),
-        ("15Mi", "40m"),
-        ("30Mi", "100m"),
+        (PLUGIN_MEMORY_REQUEST, "40m"),
+        (PLUGIN_MEMORY_LIMIT, "100m"),
         False,
         selinux=False,
         termination_log=True,
@@ -109,8 +115,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             HostMount("sysfs", "/sys/bus/dsa", "/sys/bus/dsa", True),
             _SOCKETS,
         ),
-        ("25Mi", "50m"),
-        ("50Mi", "100m"),
+        (PLUGIN_MEMORY_REQUEST, "50m"),
+        (PLUGIN_MEMORY_LIMIT, "100m"),
         False,
     ),
     DeviceKind.FPGA: KindTemplate(
@@ -120,8 +126,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             _SOCKETS,
             HostMount("cdidir", "/var/run/cdi", "/var/run/cdi", host_type="DirectoryOrCreate"),
         ),
-        ("30Mi", "80m"),
-        ("60Mi", "160m"),
+        (PLUGIN_MEMORY_REQUEST, "80m"),
+        (PLUGIN_MEMORY_LIMIT, "160m"),
         None,
         termination_log=True,
     ),
@@ -132,8 +138,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             _SOCKETS,
             _CDI,
         ),
-        ("45Mi", "40m"),
-        ("90Mi", "100m"),
+        (PLUGIN_MEMORY_REQUEST, "40m"),
+        (PLUGIN_MEMORY_LIMIT, "100m"),
         None,
         host_ip_env=True,
     ),
@@ -144,8 +150,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             HostMount("sysfs", "/sys/bus/dsa/devices", "/sys/bus/dsa/devices", True),
             _SOCKETS,
         ),
-        ("25Mi", "60m"),
-        ("50Mi", "120m"),
+        (PLUGIN_MEMORY_REQUEST, "60m"),
+        (PLUGIN_MEMORY_LIMIT, "120m"),
         False,
     ),
     DeviceKind.NPU: KindTemplate(
@@ -154,8 +160,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             HostMount("sysfsaccel", "/sys/class/accel", "/sys/class/accel", True),
             _SOCKETS,
         ),
-        ("45Mi", "40m"),
-        ("90Mi", "100m"),
+        (PLUGIN_MEMORY_REQUEST, "40m"),
+        (PLUGIN_MEMORY_LIMIT, "100m"),
         None,
     ),
     DeviceKind.QAT: KindTemplate(
@@ -165,8 +171,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             HostMount("pcidir", "/sys/bus/pci", "/sys/bus/pci"),
             _SOCKETS,
         ),
-        ("15Mi", "70m"),
-        ("30Mi", "140m"),
+        (PLUGIN_MEMORY_REQUEST, "70m"),
+        (PLUGIN_MEMORY_LIMIT, "140m"),
         False,
     ),
     DeviceKind.SGX: KindTemplate(
@@ -176,8 +182,8 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
             HostMount("sgx-provision", "/dev/sgx_provision", "/dev/sgx_provision", True, "CharDevice"),
             _CDI,
         ),
-        ("15Mi", "40m"),
-        ("30Mi", "100m"),
+        (PLUGIN_MEMORY_REQUEST, "40m"),
+        (PLUGIN_MEMORY_LIMIT, "100m"),
         False,
         node_name_env=False,
     ),
