@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 import ssl
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from intel_device_plugins.operator.certs import (
     CertBundle,
     ca_bundle_patch,
     issue,
+    new_ca,
+    new_serving,
     next_check,
     renewal_reason,
     service_dns_names,
@@ -112,3 +115,16 @@ def test_long_service_names_fit_the_common_name() -> None:
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert sans.get_values_for_type(x509.DNSName) == list(names)
     assert renewal_reason(bundle, names, NOW) == ""
+
+
+def test_serving_certificate_can_name_ip_addresses() -> None:
+    ca_cert, ca_key = new_ca(NOW)
+    cert_pem, _ = new_serving(ca_cert, ca_key, ["localhost"], NOW, ip_addresses=["127.0.0.1", "::1"])
+    sans = x509.load_pem_x509_certificate(cert_pem).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert sans.value.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert sans.value.get_values_for_type(x509.IPAddress) == [
+        ipaddress.ip_address("127.0.0.1"),
+        ipaddress.ip_address("::1"),
+    ]

@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from ipaddress import ip_address
 from typing import Any, Final
 
 from cryptography import x509
@@ -120,14 +121,20 @@ def common_name(dns_names: Sequence[str]) -> str:
 
 
 def new_serving(
-    ca_cert: bytes, ca_key: bytes, dns_names: Sequence[str], now: dt.datetime
+    ca_cert: bytes,
+    ca_key: bytes,
+    dns_names: Sequence[str],
+    now: dt.datetime,
+    ip_addresses: Sequence[str] = (),
 ) -> tuple[bytes, bytes]:
-    """Serving certificate for ``dns_names`` signed by the CA (cert PEM, key PEM)."""
+    """Serving certificate for ``dns_names`` (and ``ip_addresses``) signed by the CA (cert PEM, key PEM)."""
     ca = x509.load_pem_x509_certificate(ca_cert)
     signer = serialization.load_pem_private_key(ca_key, password=None)
     if not isinstance(signer, ec.EllipticCurvePrivateKey):
         raise ValueError("CA key is not an EC key")
     key = _key()
+    dns_sans = [x509.DNSName(name) for name in dns_names]
+    ip_sans = [x509.IPAddress(ip_address(address)) for address in ip_addresses]
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name(dns_names))]))
@@ -136,7 +143,7 @@ def new_serving(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + SERVING_VALIDITY)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([*dns_sans, *ip_sans]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(signer, hashes.SHA256())

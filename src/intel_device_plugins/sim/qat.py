@@ -231,13 +231,18 @@ def add_guest_vfs(
     return addresses
 
 
+def _generation(options: Mapping[str, Any]) -> str:
+    generation = str(options["generation"])
+    if generation not in GENERATIONS:
+        raise ValueError(f"unknown QAT generation {generation!r} (known: {', '.join(GENERATIONS)})")
+    return generation
+
+
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
     """Build every ``[[qat]]`` entry: ``count`` PFs with ``vfs`` VFs each (or guest VFs with ``vm``)."""
     for entry in entries:
         options = entry_options(entry, "qat", DEFAULTS)
-        generation = str(options["generation"])
-        if generation not in GENERATIONS:
-            raise ValueError(f"unknown QAT generation {generation!r} (known: {', '.join(GENERATIONS)})")
+        generation = _generation(options)
         if options["iommu"] not in ("vfio", "noiommu"):
             raise ValueError(f"iommu must be 'vfio' or 'noiommu', not {options['iommu']!r}")
         for _ in range(int(options["count"])):
@@ -333,9 +338,7 @@ def build_kernel(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
     """Build every ``[[qat_kernel]]`` entry: ``count`` devices for ``-mode kernel``."""
     for entry in entries:
         options = entry_options(entry, "qat_kernel", KERNEL_DEFAULTS)
-        generation = str(options["generation"])
-        if generation not in GENERATIONS:
-            raise ValueError(f"unknown QAT generation {generation!r} (known: {', '.join(GENERATIONS)})")
+        generation = _generation(options)
         for _ in range(int(options["count"])):
             add_kernel_device(
                 tree,
