@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.k8stest.binaries import Binaries, find_binaries
-from intel_device_plugins.k8stest.controlplane import ControlPlane, start_control_plane
-from intel_device_plugins.k8stest.kwok import create_kwok_nodes, wait_daemonset_ready
+from k8stest.binaries import Binaries, find_binaries
+from k8stest.controlplane import ControlPlane, start_control_plane
+from k8stest.kwok import create_kwok_nodes, wait_daemonset_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "test" / "k8s" / "build.sh"

@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.k8stest.binaries import find_binaries
-from intel_device_plugins.k8stest.controlplane import running_control_plane
-from intel_device_plugins.k8stest.kubeclient import ApiError, KubeClient, wait_for
-from intel_device_plugins.k8stest.kwok import create_kwok_nodes
-from intel_device_plugins.k8stest.operatorinstall import NS, WEBHOOK_CONFIGS, install
 from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
+from k8stest.binaries import find_binaries
+from k8stest.controlplane import running_control_plane
+from k8stest.kubeclient import ApiError, KubeClient, wait_for
+from k8stest.kwok import create_kwok_nodes
+from k8stest.operatorinstall import NS, WEBHOOK_CONFIGS, install
 
 GPU = DeviceKind.GPU
 POOL_LABEL = "bench.intel.com/pool"

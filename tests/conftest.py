@@ -10,7 +10,7 @@ import pytest
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 
 # Control plane, kwok nodes and the kubelet's real device manager, for any test folder.
-pytest_plugins = ["intel_device_plugins.k8stest.pytest_plugin"]
+pytest_plugins = ["k8stest.pytest_plugin"]
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.k8stest import pytest_plugin
-from intel_device_plugins.k8stest.binaries import REQUIRED, Binaries, find_binaries
+from k8stest import pytest_plugin
+from k8stest.binaries import REQUIRED, Binaries, find_binaries
 
 
 def test_empty_directory_reports_every_missing_binary(

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from intel_device_plugins.k8stest.binaries import Binaries
-from intel_device_plugins.k8stest.controlplane import ControlPlane, start_control_plane
-from intel_device_plugins.k8stest.devicemanager import DeviceManagerHarness
-from intel_device_plugins.k8stest.fakeplugin import FakeDevicePlugin, devices
-from intel_device_plugins.k8stest.kubeclient import ApiError, KubeClient, wait_for
-from intel_device_plugins.k8stest.kwok import wait_daemonset_ready
-from intel_device_plugins.k8stest.process import group_alive, port_is_listening
+from k8stest.binaries import Binaries
+from k8stest.controlplane import ControlPlane, start_control_plane
+from k8stest.devicemanager import DeviceManagerHarness
+from k8stest.fakeplugin import FakeDevicePlugin, devices
+from k8stest.kubeclient import ApiError, KubeClient, wait_for
+from k8stest.kwok import wait_daemonset_ready
+from k8stest.process import group_alive, port_is_listening
 
 pytestmark = pytest.mark.k8s
 

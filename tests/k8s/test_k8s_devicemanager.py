@@ -10,15 +10,15 @@ import pytest
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
-from intel_device_plugins.k8stest.devicemanager import AdmissionError, DeviceManagerHarness, pod_manifest
-from intel_device_plugins.k8stest.fakeplugin import (
+from k8stest.devicemanager import AdmissionError, DeviceManagerHarness, pod_manifest
+from k8stest.fakeplugin import (
     UNHEALTHY,
     AllocationSpec,
     FakeDevice,
     FakeDevicePlugin,
     devices,
 )
-from intel_device_plugins.k8stest.kubeclient import wait_for
+from k8stest.kubeclient import wait_for
 
 pytestmark = pytest.mark.k8s
 

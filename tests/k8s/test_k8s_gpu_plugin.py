@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from intel_device_plugins.k8stest.devicemanager import AdmissionError, DeviceManagerHarness, pod_manifest
-from intel_device_plugins.k8stest.kubeclient import KubeClient, wait_for
-from intel_device_plugins.k8stest.process import ManagedProcess
 from intel_device_plugins.sim import gpu
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script
+from k8stest.devicemanager import AdmissionError, DeviceManagerHarness, pod_manifest
+from k8stest.kubeclient import KubeClient, wait_for
+from k8stest.process import ManagedProcess
 
 pytestmark = pytest.mark.k8s
 

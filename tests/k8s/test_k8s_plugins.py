@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.k8stest.devicemanager import DeviceManagerHarness, pod_manifest
-from intel_device_plugins.k8stest.process import ManagedProcess
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script
+from k8stest.devicemanager import DeviceManagerHarness, pod_manifest
+from k8stest.process import ManagedProcess
 
 pytestmark = pytest.mark.k8s
 

@@ -1,7 +1,7 @@
 """The operator on the real control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok nodes).
 
 Set-up, once for the module, on the session's control plane: see
-``intel_device_plugins.k8stest.operatorinstall``. In short, ``kubectl apply -k deploy/operator/self-signed``;
+``k8stest.operatorinstall``. In short, ``kubectl apply -k deploy/operator/self-signed``;
 the operator runs as a local process with the Deployment's flags and its ServiceAccount token, because its
 Deployment pod would land on a kwok node, which runs nothing; the API server calls the webhooks through an
 ExternalName Service to loopback, trusting the CA the operator issued and injected itself.
@@ -24,10 +24,13 @@ import pytest
 import yaml
 from cryptography import x509
 
-from intel_device_plugins.k8stest.controlplane import ControlPlane
-from intel_device_plugins.k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
-from intel_device_plugins.k8stest.kwok import wait_daemonset_ready
-from intel_device_plugins.k8stest.operatorinstall import (
+from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
+from intel_device_plugins.operator.reconcile import plan
+from intel_device_plugins.operator.validation import default_spec, validate_object
+from k8stest.controlplane import ControlPlane
+from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
+from k8stest.kwok import wait_daemonset_ready
+from k8stest.operatorinstall import (
     NS,
     SA,
     SECRET,
@@ -36,9 +39,6 @@ from intel_device_plugins.k8stest.operatorinstall import (
     Installed,
     install,
 )
-from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
-from intel_device_plugins.operator.reconcile import plan
-from intel_device_plugins.operator.validation import default_spec, validate_object
 
 pytestmark = pytest.mark.k8s
 

@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from intel_device_plugins.k8stest.binaries import find_binaries
-from intel_device_plugins.k8stest.devicemanager import DeviceManagerHarness, pod_manifest
 from intel_device_plugins.sim.kubelet import AdvertisedDevice, KubeletStandIn
+
+if TYPE_CHECKING:
+    from k8stest.devicemanager import DeviceManagerHarness
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,9 @@ class DeviceManagerKubelet:
 
     @classmethod
     async def start(cls, device_plugin_dir: Path, workdir: Path) -> DeviceManagerKubelet:
+        from k8stest.binaries import find_binaries
+        from k8stest.devicemanager import DeviceManagerHarness
+
         bins, reason = find_binaries()
         if bins is None:
             raise RuntimeError(reason)
@@ -127,6 +131,8 @@ class DeviceManagerKubelet:
             await asyncio.sleep(0.05)
 
     async def run_container(self, resource: str, count: int) -> ContainerView:
+        from k8stest.devicemanager import pod_manifest
+
         pod = pod_manifest({resource: count})
         options = (await asyncio.to_thread(self._harness.admit, pod))["ctr"]
         return ContainerView(
@@ -141,7 +147,15 @@ class DeviceManagerKubelet:
 
 
 def device_manager_available() -> tuple[bool, str]:
-    """Whether the real device manager can run here, and if not, why."""
+    """Whether the real device manager can run here, and if not, why.
+
+    The harness driver (``k8stest``) lives in the source tree, not in the installed package, so an
+    installed demo without the source tree has only the stand-in.
+    """
+    try:
+        from k8stest.binaries import find_binaries
+    except ImportError:
+        return False, "the device-manager harness needs the source tree (package k8stest)"
     bins, reason = find_binaries()
     if bins is None:
         return False, reason

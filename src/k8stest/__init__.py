@@ -3,5 +3,5 @@
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (built by
 ``test/k8s/build.sh``) on loopback, and the kubelet's own device manager inside a Go harness, so
 the integration tier exercises what production clusters run. Fixtures live in
-:mod:`intel_device_plugins.k8stest.pytest_plugin`.
+:mod:`k8stest.pytest_plugin`.
 """

@@ -1,4 +1,4 @@
-"""Run the test control plane by hand: ``python -m intel_device_plugins.k8stest up``.
+"""Run the test control plane by hand: ``python -m k8stest up``.
 
 Why: when an integration test fails, the quickest way to understand it is to poke the same
 control plane with kubectl. This starts exactly what the fixtures start, prints how to reach it,
@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from intel_device_plugins.k8stest.binaries import find_binaries
-from intel_device_plugins.k8stest.controlplane import start_control_plane
-from intel_device_plugins.k8stest.devicemanager import DeviceManagerHarness
-from intel_device_plugins.k8stest.kwok import create_kwok_nodes
+from k8stest.binaries import find_binaries
+from k8stest.controlplane import start_control_plane
+from k8stest.devicemanager import DeviceManagerHarness
+from k8stest.kwok import create_kwok_nodes
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -79,7 +79,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m intel_device_plugins.k8stest", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m k8stest", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="start etcd, apiserver, KCM, scheduler and kwok; wait for Ctrl-C")
     up.add_argument("--workdir", help="directory for PKI, kubeconfigs, etcd data and logs (default: temp)")

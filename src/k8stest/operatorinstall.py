@@ -25,11 +25,11 @@ from pathlib import Path
 
 import yaml
 
-from intel_device_plugins.k8stest.binaries import repo_root
-from intel_device_plugins.k8stest.controlplane import ControlPlane
-from intel_device_plugins.k8stest.kubeclient import JSON, wait_for
-from intel_device_plugins.k8stest.process import ManagedProcess, free_port
 from intel_device_plugins.operator.leader import LEASE_NAME
+from k8stest.binaries import repo_root
+from k8stest.controlplane import ControlPlane
+from k8stest.kubeclient import JSON, wait_for
+from k8stest.process import ManagedProcess, free_port
 
 NS = "inteldeviceplugins-system"
 PREFIX = "intel-deviceplugins-"

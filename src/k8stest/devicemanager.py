@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.k8stest.binaries import Binaries
-from intel_device_plugins.k8stest.kubeclient import wait_for
-from intel_device_plugins.k8stest.process import ManagedProcess
+from k8stest.binaries import Binaries
+from k8stest.kubeclient import wait_for
+from k8stest.process import ManagedProcess
 
 KUBELET_SOCKET_NAME = "kubelet.sock"
 

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from intel_device_plugins.k8stest.binaries import Binaries
-from intel_device_plugins.k8stest.kubeclient import ApiError, Credentials, KubeClient, wait_for
-from intel_device_plugins.k8stest.pki import Pki, make_pki
-from intel_device_plugins.k8stest.process import ManagedProcess, free_port, port_is_listening
+from k8stest.binaries import Binaries
+from k8stest.kubeclient import ApiError, Credentials, KubeClient, wait_for
+from k8stest.pki import Pki, make_pki
+from k8stest.process import ManagedProcess, free_port, port_is_listening
 
 # An address nobody is contacted on: with --endpoint-reconciler-type=none the apiserver writes no
 # Endpoints for it, but it needs a non-loopback advertise address to start without a default route.

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from intel_device_plugins.k8stest.controlplane import KWOK_ANNOTATION
-from intel_device_plugins.k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
+from k8stest.controlplane import KWOK_ANNOTATION
+from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 
 KWOK_LABEL = "k8stest.intel.com/kwok"
 

@@ -1,6 +1,6 @@
 """pytest fixtures for the integration tier: real control plane, kwok nodes, real device manager.
 
-Load from any conftest.py with ``pytest_plugins = ["intel_device_plugins.k8stest.pytest_plugin"]``.
+Load from any conftest.py with ``pytest_plugins = ["k8stest.pytest_plugin"]``.
 
 Policy for missing binaries: with ``CI=true`` the fixtures fail (a CI run that silently skipped
 the integration tier would be a lie); elsewhere they skip with the command that builds them.
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.k8stest.binaries import Binaries, find_binaries, in_ci
-from intel_device_plugins.k8stest.controlplane import ControlPlane, start_control_plane
-from intel_device_plugins.k8stest.devicemanager import DeviceManagerHarness
-from intel_device_plugins.k8stest.kubeclient import KubeClient
-from intel_device_plugins.k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
+from k8stest.binaries import Binaries, find_binaries, in_ci
+from k8stest.controlplane import ControlPlane, start_control_plane
+from k8stest.devicemanager import DeviceManagerHarness
+from k8stest.kubeclient import KubeClient
+from k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
 
 
 def pytest_configure(config: pytest.Config) -> None:
