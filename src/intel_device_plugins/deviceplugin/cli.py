@@ -17,11 +17,15 @@ from typing import Any
 
 from intel_device_plugins.deviceplugin.manager import serve_plugins
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_CDI_DIR = "/var/run/cdi"
 DEFAULT_SCAN_INTERVAL = 1.0
+"""Polling interval of plugins that are not event-driven."""
+DEFAULT_EVENT_RESCAN_INTERVAL = 60.0
+"""Safety rescan interval of event-driven plugins."""
 
 
 class PluginArgumentParser(argparse.ArgumentParser):
@@ -85,18 +89,28 @@ def new_parser(program: str, description: str) -> PluginArgumentParser:
     parser.add_flag(
         "scan-interval",
         type=positive_float,
-        default=DEFAULT_SCAN_INTERVAL,
-        help="seconds between device scans",
+        default=None,
+        help=f"seconds between device scans (default: {DEFAULT_SCAN_INTERVAL:g}, or"
+        f" {DEFAULT_EVENT_RESCAN_INTERVAL:g} for plugins that rescan on kernel and inotify events)",
+    )
+    parser.add_flag(
+        "uevent-dir",
+        default=None,
+        help="simulated nodes: take uevents from datagram sockets in this directory, not the kernel",
     )
     parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0: info)")
     return parser
 
 
 def framework_config(args: argparse.Namespace) -> FrameworkConfig:
+    """The framework's settings; an explicit ``-scan-interval`` applies to every plugin."""
+    explicit = args.scan_interval
     return FrameworkConfig(
         device_plugin_dir=Path(args.device_plugin_dir),
         cdi_dir=Path(args.cdi_dir),
-        scan_interval=args.scan_interval,
+        scan_interval=explicit or DEFAULT_SCAN_INTERVAL,
+        event_rescan_interval=explicit or DEFAULT_EVENT_RESCAN_INTERVAL,
+        uevent_dir=Path(args.uevent_dir) if args.uevent_dir else None,
     )
 
 
@@ -133,5 +147,11 @@ def run_plugin_command(
         plugins = build_plugins(args)
     except ValueError as error:
         parser.error(str(error))
-    asyncio.run(serve_until_signalled(plugins, framework_config(args)))
+    return serve_and_exit(plugins, framework_config(args))
+
+
+def serve_and_exit(plugins: Sequence[Scanner], config: FrameworkConfig) -> int:
+    """Serve until signalled; exit 0 even when a scan thread is stuck in a read (it is left behind)."""
+    asyncio.run(serve_until_signalled(plugins, config))
+    exit_leaving_stuck_threads(0)
     return 0
