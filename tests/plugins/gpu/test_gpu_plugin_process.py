@@ -14,6 +14,7 @@ from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import PluginProcess, console_script, plugin_process
+from intel_device_plugins.sim.uevents import UeventBroadcaster
 
 pytestmark = pytest.mark.integration
 
@@ -137,6 +138,37 @@ async def test_unknown_device_in_allocate_is_rejected_and_serving_continues(
     response = await kubelet.allocate(I915, ["card0-0"])
     assert response.devices
     assert plugin.process.returncode is None
+
+
+async def test_kernel_events_drive_discovery_instead_of_polling(
+    node: FakeTree, plugin_dir: Path, kubelet: KubeletStandIn
+) -> None:
+    # A driver re-bind changes only sysfs: no device node comes or goes, so inotify sees nothing.
+    node.uevents = UeventBroadcaster(plugin_dir.parent / "uevents")
+    argv = command(node, plugin_dir, "-uevent-dir", str(plugin_dir.parent / "uevents"))
+    async with plugin_process(argv, plugin_dir.parent / "plugin.log"):
+        await kubelet.wait_for(
+            lambda: len(ids(kubelet, I915)) == 4 and len(ids(kubelet, XE)) == 1, timeout=15
+        )
+        events = node.uevents
+        node.uevents = None  # first without the event: the plugin does not poll every second
+        gpu.rebind(node, 0, "xe")
+        await asyncio.sleep(1.5)
+        assert "card0-0" in ids(kubelet, I915)
+        node.uevents = events
+        node.uevent("bind", node.sysfs_of(gpu_address(node, 0)), "pci", DRIVER="xe")
+        started = time.monotonic()
+        await kubelet.wait_for(lambda: "card0-0" in ids(kubelet, XE), timeout=2)
+        assert time.monotonic() - started < 0.5
+        assert "card0-0" not in ids(kubelet, I915)
+        # Hot-plug is still seen at once, also on a real node where /sys gives no inotify events.
+        gpu.add_card(node, driver="xe")
+        await kubelet.wait_for(lambda: len(ids(kubelet, XE)) == 3, timeout=1)
+    events.close()
+
+
+def gpu_address(node: FakeTree, index: int) -> str:
+    return node.path(f"/sys/class/drm/card{index}").resolve().parent.parent.name
 
 
 async def test_missing_socket_directory_is_survived(node: FakeTree, tmp_path: Path) -> None:
