@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import re
-import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -97,7 +96,7 @@ def write_cdi_spec(cdi_dir: Path, device: CdiDevice) -> Path:
             return path
     except OSError:
         pass
-    temporary = cdi_dir / f".{path.name}.{secrets.token_hex(4)}{TEMPORARY_SUFFIX}"
+    temporary = cdi_dir / f".{path.name}.{os.urandom(4).hex()}{TEMPORARY_SUFFIX}"
     try:
         cdi_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)

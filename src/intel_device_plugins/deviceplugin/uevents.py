@@ -24,7 +24,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import socket
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -172,7 +171,7 @@ class DirectoryUevents(_DatagramSource):
         self.path: Path | None = None
 
     def open(self, deliver: Deliver) -> bool:
-        path = self.directory / f"{os.getpid()}-{secrets.token_hex(3)}.sock"
+        path = self.directory / f"{os.getpid()}-{os.urandom(3).hex()}.sock"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
