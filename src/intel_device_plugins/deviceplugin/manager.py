@@ -128,17 +128,6 @@ class PluginManager:
 
     # ----- scanning ----------------------------------------------------------------------------
 
-    def scan_once(self) -> DeviceTree | None:
-        """Run the plugin's scan in the calling thread (tests, benchmarks); ``None`` on failure."""
-        self.scans += 1
-        try:
-            tree = self.plugin.scan()
-        except Exception as error:
-            self._scan_failed(error)
-            return None
-        self._last_scan_error = ""
-        return tree
-
     def _scan_failed(self, error: BaseException) -> None:
         message = f"{self.plugin.namespace}: scan failed: {error!r}"
         if message != self._last_scan_error:
