@@ -94,7 +94,7 @@ def advertised(kubelet: KubeletStandIn, resource: str = RESOURCE) -> dict[str, s
 async def test_a_stuck_scan_leaves_serving_alone_and_names_the_path(
     kubelet: KubeletStandIn, plugin_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    plugin = WedgingPlugin()
+    plugin = WedgingPlugin(limit=10.0)
     async with running(plugin, config_for(plugin_dir, scan_deadline=0.3)) as manager:
         await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
         plugin.wedge.set()
@@ -103,7 +103,7 @@ async def test_a_stuck_scan_leaves_serving_alone_and_names_the_path(
         response = await kubelet.allocate(RESOURCE, ["w1"])
         async with grpc.aio.insecure_channel(f"unix:{plugin_dir / 'example.com-widget.sock'}") as channel:
             await pb_grpc.DevicePluginStub(channel).GetDevicePluginOptions(pb.Empty(), timeout=1)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 2.0  # not held up by the 10 s read
         assert [d.host_path for d in response.devices] == ["/dev/widget1"]
         assert manager.scan_stuck
         stuck = [r.getMessage() for r in caplog.records if "stuck" in r.getMessage()]
@@ -149,6 +149,7 @@ HANGING_PLUGIN = textwrap.dedent(
         namespace = "example.com"
         def scan(self):
             path = "/sys/devices/wedged/vendor"
+            open(sys.argv[1] + "/scanning", "w").close()  # signal handlers are in place by now
             open(sys.argv[1] + "/fifo").read()  # blocks: nobody ever writes
 
     sys.exit(run_plugin_command(new_parser("hang", ""), lambda args: [Hanging()], sys.argv[2:]))
@@ -166,7 +167,11 @@ async def test_sigterm_ends_the_process_within_a_second_while_a_scan_hangs(tmp_p
             stdout=log, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
     try:
-        await asyncio.sleep(1.5)  # started, and the first scan is blocked
+        for _ in range(300):  # started, and the first scan is about to block (slow on a busy machine)
+            if (tmp_path / "scanning").exists():
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
         assert process.returncode is None
         process.send_signal(signal.SIGTERM)
         started = time.monotonic()

@@ -172,13 +172,12 @@ async def test_kernel_events_drive_discovery_instead_of_polling(
         assert "card0-0" in ids(kubelet, I915)
         node.uevents = events
         node.uevent("bind", node.sysfs_of(gpu_address(node, 0)), "pci", DRIVER="xe")
-        started = time.monotonic()
-        await kubelet.wait_for(lambda: "card0-0" in ids(kubelet, XE), timeout=2)
-        assert time.monotonic() - started < 0.5
+        # Polling would take 60 s; the event makes it a scan away.
+        await kubelet.wait_for(lambda: "card0-0" in ids(kubelet, XE), timeout=5)
         assert "card0-0" not in ids(kubelet, I915)
         # Hot-plug is still seen at once, also on a real node where /sys gives no inotify events.
         gpu.add_card(node, driver="xe")
-        await kubelet.wait_for(lambda: len(ids(kubelet, XE)) == 3, timeout=1)
+        await kubelet.wait_for(lambda: len(ids(kubelet, XE)) == 3, timeout=5)
     events.close()
 
 
@@ -189,7 +188,10 @@ def gpu_address(node: FakeTree, index: int) -> str:
 async def test_missing_socket_directory_is_survived(node: FakeTree, tmp_path: Path) -> None:
     plugin_dir = tmp_path / "not-yet"
     async with plugin_process(command(node, plugin_dir), tmp_path / "late.log") as process:
-        await asyncio.sleep(1.0)
+        for _ in range(150):  # until it has looked for the directory (slow on a busy machine)
+            if "does not exist" in process.log_text():
+                break
+            await asyncio.sleep(0.1)
         assert process.process.returncode is None
         async with KubeletStandIn(plugin_dir) as kubelet:
             await kubelet.wait_for(lambda: len(ids(kubelet, I915)) == 4, timeout=10)
