@@ -56,7 +56,15 @@ def read_node_annotations(
             single = single._replace(cluster=msgspec.structs.replace(single.cluster, server=master))
         config = single
     elif master:
-        config = KubeConfig.from_server(master)
+        # An API server address alone means no credentials (as with client-go's -master).
+        config = KubeConfig.from_dict(
+            {
+                "clusters": [{"name": "master", "cluster": {"server": master}}],
+                "users": [{"name": "anonymous", "user": {}}],
+                "contexts": [{"name": "master", "context": {"cluster": "master", "user": "anonymous"}}],
+                "current-context": "master",
+            }
+        )
     else:
         config = KubeConfig.from_service_account()
     client = Client(config=config, timeout=httpx2.Timeout(timeout), trust_env=False)
