@@ -21,7 +21,7 @@ from intel_device_plugins.plugins.fpga.bitstream.aocx import (
 from intel_device_plugins.plugins.fpga.bitstream.elf import Window
 from intel_device_plugins.plugins.fpga.bitstream.errors import BitstreamError
 from intel_device_plugins.plugins.fpga.bitstream.gbs import GBS_EXTENSION, MAX_HEAD, Gbs, parse_gbs_head
-from intel_device_plugins.plugins.fpga.bitstream.ids import canonical_id, is_safe_id
+from intel_device_plugins.plugins.fpga.bitstream.ids import BITSTREAM_DIR, canonical_id, is_safe_id
 
 __all__ = [
     "AOCX_EXTENSION",
@@ -38,9 +38,6 @@ __all__ = [
     "parse_bitstream_bytes",
     "read_raw_bitstream",
 ]
-
-BITSTREAM_DIR = "/srv/intel.com/fpga"
-"""Where bitstreams are installed: ``<dir>/<interface ID>/<AFU ID>.gbs`` or ``<hash>.aocx``."""
 
 Bitstream = Gbs | Aocx
 

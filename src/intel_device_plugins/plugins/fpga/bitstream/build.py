@@ -10,10 +10,12 @@ import gzip
 import json
 import struct
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from intel_device_plugins.plugins.fpga.bitstream.aocx import FPGA_BIN_SECTION, GBS_GZ_SECTION
 from intel_device_plugins.plugins.fpga.bitstream.gbs import GBS_MAGIC1, GBS_MAGIC2
+from intel_device_plugins.plugins.fpga.bitstream.ids import BITSTREAM_DIR
 
 OPENCL_AFU = "18b79ffa2ee54aa096ef4230dafacb5f"
 """The AFU ID every OpenCL board support package's bitstream carries."""
@@ -98,3 +100,22 @@ def aocx_bytes(
             (FPGA_BIN_SECTION, inner),
         ]
     )
+
+
+def install_simulated_gbs(root: Path, interface_id: str, afu_id: str, payload: bytes) -> Path:
+    """Write a GBS for ``afu_id`` into the bitstream store under ``root`` (a simulated node) and
+    return its path; ``payload`` is the raw bitstream (see ``fme.simulated_payload``)."""
+    directory = root / BITSTREAM_DIR.lstrip("/") / interface_id
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{afu_id}.gbs"
+    path.write_bytes(gbs_bytes(gbs_metadata(interface_id, afu_id), payload))
+    return path
+
+
+def install_simulated_aocx(root: Path, interface_id: str, hash_value: str, payload: bytes) -> Path:
+    """Write an AOCX (OpenCL AFU) named by ``hash_value`` into the store under ``root``."""
+    directory = root / BITSTREAM_DIR.lstrip("/") / interface_id
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{hash_value}.aocx"
+    path.write_bytes(aocx_bytes(gbs_bytes(gbs_metadata(interface_id, OPENCL_AFU), payload), hash_value))
+    return path

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+BITSTREAM_DIR = "/srv/intel.com/fpga"
+"""Where bitstreams are installed: ``<dir>/<interface ID>/<AFU ID>.gbs`` or ``<hash>.aocx``."""
 MAX_ID_LENGTH = 128
 _SAFE_ID = re.compile(r"^[0-9a-z]+$")
 
