@@ -20,6 +20,7 @@ BENCHMARKS = (
     ("IAA", "bench_iaa.py"),
     ("SGX", "bench_sgx.py"),
     ("NPU", "bench_npu.py"),
+    ("FPGA", "bench_fpga.py"),
     ("Node footprint: one process against one per kind", "bench_footprint.py"),
 )
 

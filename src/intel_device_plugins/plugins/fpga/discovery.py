@@ -147,6 +147,20 @@ def _pci_function_of(resolved: str) -> str | None:
     return None
 
 
+def _resolve_link(path: str) -> str:
+    """A class entry's target as an absolute path: one ``readlink`` instead of a ``realpath`` walk.
+
+    The kernel's class entries are one relative link each into ``/sys/devices``; anything else is
+    resolved in full.
+    """
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return os.path.realpath(path)
+    resolved = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return resolved if not os.path.islink(resolved) else os.path.realpath(resolved)
+
+
 def _single_match(directory: str, pattern: re.Pattern[str]) -> str | None:
     names = [name for name in sysfs.list_dir(directory) or () if pattern.match(name)]
     return f"{directory}/{names[0]}" if len(names) == 1 else None
@@ -168,7 +182,7 @@ def _fme_node(prefix: str, fme_dir: str, name: str) -> str:
     if dev:
         link = f"{prefix}/dev/char/{dev}"
         if os.path.islink(link):
-            resolved = os.path.realpath(link)
+            resolved = _resolve_link(link)
             if resolved.startswith(f"{prefix}/dev/"):
                 return resolved
     return f"{prefix}/dev/{name}"
@@ -178,7 +192,7 @@ def find_fme(driver: Driver, prefix: str, pci_dir: str) -> tuple[Fme | None, str
     """The FME of the card a PCI function belongs to (through ``physfn`` for a VF), or a problem."""
     layout = LAYOUTS[driver]
     physfn = f"{pci_dir}/physfn"
-    pf_dir = os.path.realpath(physfn) if os.path.islink(physfn) else pci_dir
+    pf_dir = _resolve_link(physfn) if os.path.islink(physfn) else pci_dir
     containers = [
         f"{pf_dir}/{layout.fme_parent}/{name}"
         for name in sysfs.list_dir(f"{pf_dir}/{layout.fme_parent}") or ()
@@ -220,10 +234,11 @@ def discover_fpgas(root: Path | str) -> FpgaInventory:
     for device in sorted(sysfs.list_dir(class_dir) or (), key=_natural):
         if not layout.device_dir.match(device):
             continue
-        device_dir = f"{class_dir}/{device}"
+        device_dir = _resolve_link(f"{class_dir}/{device}")
         for entry in sorted(sysfs.list_dir(device_dir) or (), key=_natural):
             if not layout.port.match(entry):
                 continue
+            # Ports are directories inside the device directory, so the path is already resolved.
             port, problem = _read_port(driver, prefix, f"{device_dir}/{entry}", entry, fmes)
             if problem:
                 problems.append(f"{entry}: {problem}; skipped")
@@ -243,25 +258,30 @@ def _read_port(
 ) -> tuple[Port | None, str]:
     if not os.path.exists(f"{prefix}/dev/{name}"):
         return None, f"no device node {prefix}/dev/{name}"
-    resolved = os.path.realpath(port_dir)
+    resolved = port_dir
     pci_dir = _pci_function_of(resolved)
     if pci_dir is None:
         return None, f"{resolved} is not below a PCI function in /sys/devices"
+    if pci_dir not in fmes:
+        fmes[pci_dir] = _function_fme(driver, prefix, pci_dir)
+    fme, problem = fmes[pci_dir]
+    if fme is None:
+        return None, problem
+    afu_id = sysfs.read_trimmed(f"{resolved}/afu_id")
+    if afu_id is None:
+        return None, f"cannot read {resolved}/afu_id"
+    return Port(name, resolved, pci_dir, afu_id.lower(), fme), ""
+
+
+def _function_fme(driver: Driver, prefix: str, pci_dir: str) -> tuple[Fme | None, str]:
+    """Checks made once per PCI function and scan: its class, then its card's FME."""
     pci_class = sysfs.read_trimmed(f"{pci_dir}/class")
     if pci_class != FPGA_PCI_CLASS:
         return (
             None,
             f"unsupported PCI class {pci_class!r} of {os.path.basename(pci_dir)} (want {FPGA_PCI_CLASS})",
         )
-    afu_id = sysfs.read_trimmed(f"{resolved}/afu_id")
-    if afu_id is None:
-        return None, f"cannot read {resolved}/afu_id"
-    if pci_dir not in fmes:
-        fmes[pci_dir] = find_fme(driver, prefix, pci_dir)
-    fme, problem = fmes[pci_dir]
-    if fme is None:
-        return None, problem
-    return Port(name, resolved, pci_dir, afu_id.lower(), fme), ""
+    return find_fme(driver, prefix, pci_dir)
 
 
 # ----- device tree per mode ------------------------------------------------------------------
