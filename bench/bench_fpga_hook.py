@@ -198,7 +198,7 @@ def main() -> int:
         parse_rows = parse_figures(base)
         load.sample()
     print(header(".venv/bin/python bench/bench_fpga_hook.py", load, time.perf_counter() - started))
-    print("\n### FPGA CRI hook and bitstreams\n")
+    print("\n### Hook on a simulated DFL node (2 cards x 2 ports); 50 MB GBS and AOCX\n")
     print(f"Hook run time, {HOOK_RUNS} runs each, alternating with the floor:\n")
     print("\n".join(hook_rows))
     print(f"\nBitstream parsing, {PARSE_RUNS} runs each:\n")
