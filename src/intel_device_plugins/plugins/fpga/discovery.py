@@ -147,6 +147,21 @@ def _pci_function_of(resolved: str) -> str | None:
     return None
 
 
+def _read_small(path: str) -> str | None:
+    """A small sysfs attribute, trimmed; ``None`` when unreadable. Bounded, and without a text
+    wrapper: the scan reads one per port every second."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _resolve_link(path: str) -> str:
     """A class entry's target as an absolute path: one ``readlink`` instead of a ``realpath`` walk.
 
@@ -168,17 +183,17 @@ def _single_match(directory: str, pattern: re.Pattern[str]) -> str | None:
 
 def _interface_id(driver: Driver, fme_dir: str) -> str | None:
     if driver is Driver.OPAE:
-        return sysfs.read_trimmed(f"{fme_dir}/pr/interface_id")
+        return _read_small(f"{fme_dir}/pr/interface_id")
     bridge = _single_match(fme_dir, _DFL_BRIDGE)
     if bridge is None:
         return None
     region = _single_match(f"{bridge}/fpga_region", _DFL_REGION)
-    return None if region is None else sysfs.read_trimmed(f"{region}/compat_id")
+    return None if region is None else _read_small(f"{region}/compat_id")
 
 
 def _fme_node(prefix: str, fme_dir: str, name: str) -> str:
     """The FME's node: ``/dev/char/<dev>`` resolved (what udev made), else ``/dev/<name>``."""
-    dev = sysfs.read_trimmed(f"{fme_dir}/dev")
+    dev = _read_small(f"{fme_dir}/dev")
     if dev:
         link = f"{prefix}/dev/char/{dev}"
         if os.path.islink(link):
@@ -267,7 +282,7 @@ def _read_port(
     fme, problem = fmes[pci_dir]
     if fme is None:
         return None, problem
-    afu_id = sysfs.read_trimmed(f"{resolved}/afu_id")
+    afu_id = _read_small(f"{resolved}/afu_id")
     if afu_id is None:
         return None, f"cannot read {resolved}/afu_id"
     return Port(name, resolved, pci_dir, afu_id.lower(), fme), ""
@@ -275,7 +290,7 @@ def _read_port(
 
 def _function_fme(driver: Driver, prefix: str, pci_dir: str) -> tuple[Fme | None, str]:
     """Checks made once per PCI function and scan: its class, then its card's FME."""
-    pci_class = sysfs.read_trimmed(f"{pci_dir}/class")
+    pci_class = _read_small(f"{pci_dir}/class")
     if pci_class != FPGA_PCI_CLASS:
         return (
             None,
