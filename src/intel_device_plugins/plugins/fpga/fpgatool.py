@@ -248,13 +248,18 @@ def list_fpga(options: Options, show_fmes: bool, show_ports: bool, out: TextIO) 
             out.write(name + "\n")
 
 
-def program(io: FpgaIoctl, options: Options, out: TextIO) -> None:
+def _checked_node(io: FpgaIoctl, options: Options, role: str, what: str) -> Path:
+    """The ``-d`` node if its name is an FME or port (``role``) and the driver's API is known."""
     kind = driver_of(os.path.basename(options.device))
-    if kind is None or kind[0] != "port":
-        raise ToolError(f"unknown FPGA port {options.device}")
+    if kind is None or kind[0] != role:
+        raise ToolError(f"unknown FPGA {what} {options.device}")
     node = _node(options)
-    port = open_port(options.root, node)
-    _check_api(io, node, port.driver)
+    _check_api(io, node, kind[1])
+    return node
+
+
+def program(io: FpgaIoctl, options: Options, out: TextIO) -> None:
+    port = open_port(options.root, _checked_node(io, options, "port", "port"))
     fme = fme_of_port(options.root, port)
     bitstream = open_bitstream(options.bitstream)
     if not options.quiet:
@@ -294,12 +299,8 @@ def _program_checked(io: FpgaIoctl, options: Options, port: Port, fme: Fme, bits
 
 
 def release_or_assign(io: FpgaIoctl, options: Options, release: bool) -> None:
-    kind = driver_of(os.path.basename(options.device))
-    if kind is None or kind[0] != "fme":
-        raise ToolError(f"unknown FPGA FME {options.device}")
-    node = _node(options)
+    node = _checked_node(io, options, "fme", "FME")
     fme = open_fme(options.root, node)
-    _check_api(io, node, fme.driver)
     try:
         (port_release if release else port_assign)(io, node, fme.driver, options.port)
     except FpgaIoctlError as error:
