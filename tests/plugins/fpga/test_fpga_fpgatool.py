@@ -173,6 +173,11 @@ def test_fmeinfo(node: Node) -> None:
     assert "Kernel API Version               : 0" in lines
     code, fpgainfo, _ = node.run("-d", device, "fpgainfo")
     assert (code, fpgainfo) == (0, out)
+    code, bare, _ = node.run("-d", node.card.fme, "fmeinfo")
+    assert code == 0
+    assert [line for line in bare.splitlines() if not line.startswith("Device Node")] == [
+        line for line in lines if not line.startswith("Device Node")
+    ]
     _, quiet, _ = node.run("-q", "-d", device, "fmeinfo")
     assert "Kernel API Version" not in quiet and f"Interface UUID                   : {IFACE}" in quiet
 

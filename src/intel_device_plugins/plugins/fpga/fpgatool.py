@@ -153,7 +153,9 @@ def install_bitstream(options: Options, out: TextIO) -> None:
 
 
 def _node(options: Options) -> Path:
-    return under_root(options.root, options.device)
+    """The ``-d`` node below the root; a bare name (``dfl-port.0``) means ``/dev/<name>``."""
+    device = options.device if "/" in options.device else f"/dev/{options.device}"
+    return under_root(options.root, device)
 
 
 def _check_api(io: FpgaIoctl, node: Path, driver: str) -> int:
