@@ -343,3 +343,13 @@ def test_truncated_aocx_is_a_bitstream_error(length: int) -> None:
         return
     with pytest.raises(BitstreamError):
         parse_bitstream_bytes(VALID_AOCX[:length], "f.aocx")
+
+
+def test_aocx_text_sections_are_bounded_and_unused_ones_not_read() -> None:
+    opencl = gbs(build.gbs_metadata(INTERFACE, build.OPENCL_AFU))
+    report = (".acl.quartus_report", b"r" * (1024 * 1024))
+    parsed = parse_bitstream_bytes(build.aocx_bytes(opencl, "ab", extra_sections=[report]), "r.aocx")
+    assert isinstance(parsed, Aocx)
+    assert ".acl.quartus_report" not in parsed.texts
+    with pytest.raises(BitstreamError, match=r"section \.acl\.board has 65537 bytes, at most 65536 are read"):
+        parse_bitstream_bytes(build.aocx_bytes(opencl, "ab", board="b" * 65536), "r.aocx")

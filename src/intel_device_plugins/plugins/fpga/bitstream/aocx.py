@@ -21,21 +21,10 @@ from intel_device_plugins.plugins.fpga.bitstream.ids import canonical_id
 AOCX_EXTENSION = ".aocx"
 FPGA_BIN_SECTION = ".acl.fpga.bin"
 GBS_GZ_SECTION = ".acl.gbs.gz"
-TEXT_SECTIONS = (
-    ".acl.autodiscovery",
-    ".acl.autodiscovery.xml",
-    ".acl.board",
-    ".acl.board_package",
-    ".acl.board_spec.xml",
-    ".acl.compilation_env",
-    ".acl.rand_hash",
-    ".acl.kernel_arg_info.xml",
-    ".acl.quartus_input_hash",
-    ".acl.quartus_report",
-    ".acl.target",
-    ".acl.version",
-)
-MAX_TEXT_SECTION = 16 * 1024 * 1024
+TEXT_SECTIONS = (".acl.board", ".acl.target", ".acl.version", ".acl.rand_hash")
+"""The text sections that name and describe the file. The others (``.acl.quartus_report``,
+``.acl.kernel_arg_info.xml``, ...) are not needed here and are not read."""
+MAX_TEXT_SECTION = 64 * 1024
 MAX_GBS_SIZE = 1024 * 1024 * 1024
 """Largest decompressed GBS accepted (real ones are tens of megabytes)."""
 CHUNK = 1024 * 1024
