@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from intel_device_plugins.plugins.fpga import crihook, fme
 from intel_device_plugins.plugins.fpga.bitstream import build
@@ -390,3 +392,63 @@ def test_console_script_failure_exits_1_with_the_reason(node: Node) -> None:
     bad_state = run_script(b"{}", "-prefix", str(node.root))
     assert bad_state.returncode == 1
     assert bad_state.stderr.strip() == "intel_fpga_crihook: 'bundle' field is not set in the stdin JSON"
+
+
+# ----- hostile input -----------------------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+HOSTILE = settings(max_examples=100, deadline=None)
+
+
+@HOSTILE
+@given(st.binary(max_size=300) | JSON_VALUES.map(lambda value: json.dumps(value).encode()))
+def test_any_state_gives_a_bundle_or_a_hook_error(data: bytes) -> None:
+    try:
+        bundle, annotations = crihook.parse_state(data)
+    except HookError as error:
+        assert str(error)
+    else:
+        assert isinstance(bundle, Path) and isinstance(annotations, dict)
+
+
+@HOSTILE
+@given(JSON_VALUES, JSON_VALUES)
+def test_any_config_gives_env_and_devices_or_a_hook_error(env: object, devices: object) -> None:
+    data = json.dumps({"process": {"env": env}, "linux": {"devices": devices}}).encode()
+    try:
+        parsed_env, parsed_devices = crihook.parse_config(Path("c.json"), data)
+    except HookError as error:
+        assert str(error).startswith("c.json: ")
+    else:
+        assert all(isinstance(item, str) for item in parsed_env)
+        assert all(isinstance(device.path, str) for device in parsed_devices)
+
+
+ENV_NAMES = st.sampled_from(
+    ["FPGA_REGION_", "FPGA_AFU_", "FPGA_REGION_1", "FPGA_AFU_1", "FPGA_AFU_x", "PATH"]
+)
+
+
+@HOSTILE
+@given(st.lists(st.tuples(ENV_NAMES, st.sampled_from(["", "="]), st.text(max_size=40)), max_size=8))
+def test_requests_from_any_environment_only_carry_ids_that_stay_in_the_store(
+    entries: list[tuple[str, str, str]],
+) -> None:
+    env = [name + separator + value for name, separator, value in entries]
+    try:
+        requests = crihook.fpga_requests(env)
+    except HookError as error:
+        assert str(error).startswith(crihook.REQUEST_PREFIX)
+    else:
+        for request in requests:
+            path = crihook.bitstream_path(
+                Path("/srv/intel.com/fpga"), request.region, request.afu, lambda p: True
+            )
+            assert path.parent.parent == Path("/srv/intel.com/fpga")
+            assert ".." not in path.parts
