@@ -49,7 +49,7 @@ def _transport(
     ca: pki.Issued, role: str = "Admin", key_type: pki.KeyType = "ecdsa", **kw: float
 ) -> Transport:
     client = pki.new_client(ca, role=role, key_type=key_type)
-    return Transport(client_ssl_context(TlsMaterial(ca.cert, client.cert, client.key)), **kw)
+    return Transport(client_ssl_context(TlsMaterial(ca.cert, client.cert, client.key)))
 
 
 @pytest.fixture
