@@ -90,7 +90,7 @@ def test_rmd_daemonset_is_tls_and_least_privilege() -> None:
 
 
 def test_rmd_host_by_node_name_then_host_ip() -> None:
-    pods = [
+    pods: list[dict[str, Any]] = [
         {"spec": {"nodeName": "n1"}, "status": {"podIP": "10.0.0.1"}},
         {"spec": {}, "status": {"hostIP": "192.168.0.2", "podIPs": [{"ip": "10.0.0.2"}]}},
         {"spec": {"nodeName": "n3"}, "status": {}},
