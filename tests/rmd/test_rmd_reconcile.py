@@ -259,3 +259,13 @@ def test_restarted_rmd_is_noticed_from_the_node_state() -> None:
 def test_node_state_entry_of_mba() -> None:
     entry = node_state_entry({"id": "1", "rdt": {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}}})
     assert entry == {"ID": "1", "Cache Max": "2", "Cache Min": "2", "MBA Percentage": "50"}
+
+
+def test_idle_node_state_is_not_rewritten_until_the_refresh() -> None:
+    rmd = RmdState()
+    rmd.create(build_payload(_spec(), "ns/x"))
+    first = node_state_status(None, rmd.list_workloads(), "", "T1")
+    assert node_state_status(first, rmd.list_workloads(), "", "T2", sync_age_s=5) == first
+    assert node_state_status(first, rmd.list_workloads(), "", "T2", sync_age_s=61)["lastSync"] == "T2"
+    rmd.create(build_payload(_spec(coreIds=["9"]), "ns/y"))
+    assert node_state_status(first, rmd.list_workloads(), "", "T2", sync_age_s=5)["lastSync"] == "T2"

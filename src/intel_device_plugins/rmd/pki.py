@@ -113,3 +113,38 @@ def new_client(
         ]
     )
     return _issue(ca, subject, ExtendedKeyUsageOID.CLIENT_AUTH, key_type)
+
+
+def secret(name: str, namespace: str, ca: Issued, leaf: Issued) -> dict[str, object]:
+    """A ``kubernetes.io/tls`` Secret with the CA added under ``ca.crt``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {
+            "ca.crt": ca.cert.decode(),
+            "tls.crt": leaf.cert.decode(),
+            "tls.key": leaf.key.decode(),
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``intel-rmd-certs``: print the two Secrets a cluster needs (RMD's server side and a client)."""
+    import argparse
+    import sys
+
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="intel-rmd-certs", description=main.__doc__)
+    parser.add_argument("--namespace", default="intel-rmd")
+    parser.add_argument("--key-type", choices=["ecdsa", "rsa"], default="ecdsa")
+    args = parser.parse_args(argv)
+    ca = new_ca(key_type=args.key_type)
+    docs = [
+        secret("intel-rmd-server-tls", args.namespace, ca, new_server(ca, args.key_type)),
+        secret("intel-rmd-client-tls", args.namespace, ca, new_client(ca, key_type=args.key_type)),
+    ]
+    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=True))
+    return 0

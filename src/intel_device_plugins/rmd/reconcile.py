@@ -287,9 +287,18 @@ def rmd_host(node: NodeInfo, node_addresses: Sequence[str], pods: Sequence[Mappi
 
 
 def node_state_status(
-    previous: Mapping[str, Any] | None, workloads: Sequence[Mapping[str, Any]] | None, error: str, now: str
+    previous: Mapping[str, Any] | None,
+    workloads: Sequence[Mapping[str, Any]] | None,
+    error: str,
+    now: str,
+    sync_age_s: float = float("inf"),
+    refresh_s: float = 60.0,
 ) -> dict[str, Any]:
-    """The node state after a read of RMD. A failed read keeps the last known workloads, marked stale."""
+    """The node state after a read of RMD. A failed read keeps the last known workloads, marked stale.
+
+    ``lastSync`` moves only when something changed or it is older than ``refresh_s`` (``sync_age_s`` is its
+    age), so an idle node costs no API writes between refreshes.
+    """
     prev = dict(previous or {})
     if workloads is None:
         kept = prev.get("workloads") or {}
@@ -301,13 +310,17 @@ def node_state_status(
             **({"lastSync": prev["lastSync"]} if prev.get("lastSync") else {}),
         }
     entries = {str(w.get("uuid") or w.get("id")): node_state_entry(w) for w in workloads}
-    return {
+    out = {
         "workloads": entries,
         "workloadCount": len(entries),
         "stale": False,
         "message": "",
         "lastSync": now,
     }
+    unchanged = {**out, "lastSync": prev.get("lastSync")} == prev
+    if unchanged and prev.get("lastSync") and sync_age_s < refresh_s:
+        out["lastSync"] = prev["lastSync"]
+    return out
 
 
 def orphans(workloads: Sequence[Mapping[str, Any]], live: frozenset[tuple[str, str]]) -> tuple[str, ...]:
