@@ -17,13 +17,17 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
+from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
+from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
 from intel_device_plugins.rmd import pki
 from intel_device_plugins.rmd.reconcile import NFD_RDT_LABEL
 from k8stest.controlplane import ControlPlane
@@ -390,3 +394,126 @@ def test_rmd_restart_keeps_state_then_restores(setup: Setup) -> None:
         timeout=TIMEOUT,
     )
     setup.kubectl("delete", "rmdworkload", name, "-n", ns, "--timeout=60s")
+
+
+class _PodResources(pr_grpc.PodResourcesListerServicer):
+    """The kubelet's PodResources List for the agent's node: what the static CPU manager would report."""
+
+    def __init__(self) -> None:
+        self.cpus: dict[tuple[str, str], dict[str, list[int]]] = {}
+
+    def List(self, request: Any, context: Any) -> pr_pb.ListPodResourcesResponse:
+        return pr_pb.ListPodResourcesResponse(
+            pod_resources=[
+                pr_pb.PodResources(
+                    name=name,
+                    namespace=ns,
+                    containers=[
+                        pr_pb.ContainerResources(name=c, cpu_ids=ids) for c, ids in containers.items()
+                    ],
+                )
+                for (ns, name), containers in self.cpus.items()
+            ]
+        )
+
+
+@pytest.fixture(scope="module")
+def agent(setup: Setup) -> Iterator[tuple[str, _PodResources]]:
+    """The node agent for one RMD node, with a PodResources socket standing in for that node's kubelet."""
+    node = sorted(setup.rmds)[0]
+    # The kwok node offers the extended resource the device plugin would register there.
+    capacity = {"intel.com/l3_cache_ways": "12", "cpu": "32", "memory": "64Gi", "pods": "110"}
+    setup.admin.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"capacity": capacity, "allocatable": capacity}},
+        content_type="application/merge-patch+json",
+    )
+    lister = _PodResources()  # type: ignore[abstract]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)
+    sock = setup.workdir / "pod-resources.sock"
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    kubeconfig = setup.cp.service_account_kubeconfig(NS, "intel-rmd-node-agent")
+    argv = [
+        sys.executable,
+        "-m",
+        "intel_device_plugins.rmd.nodeagent",
+        "--node-name",
+        node,
+        "--pod-resources-socket",
+        f"unix://{sock}",
+        "--resync",
+        "2",
+    ]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    proc = ManagedProcess("intel-rmd-node-agent", argv, setup.workdir / "agent.log", env=env)
+    try:
+        yield node, lister
+    finally:
+        proc.stop()
+        server.stop(None)
+    log = (setup.workdir / "agent.log").read_text()
+    assert "forbidden" not in log.lower(), log
+
+
+def test_pod_with_cache_ways_and_mba_becomes_an_enforced_workload(
+    setup: Setup, agent: tuple[str, _PodResources]
+) -> None:
+    _config(setup)
+    node, lister = agent
+    ns = setup.namespace()
+    pod = _load("pod-guaranteed-cache-mba.yaml")
+    pod["spec"]["nodeName"] = node
+    lister.cpus[(ns, pod["metadata"]["name"])] = {"container1": [28, 29, 30]}
+    setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(pod))
+    name = f"{pod['metadata']['name']}-rmd-workload-container1"
+    w = wait_for("workload from the pod enforced", lambda: _enforced(setup, ns, name, "1/1"), timeout=TIMEOUT)
+    assert w["spec"] == {
+        "coreIds": ["28-30"],
+        "rdt": {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}},
+        "nodes": [node],
+    }
+    assert w["metadata"]["ownerReferences"][0]["kind"] == "Pod"
+    state = w["status"]["workloadStates"][node]
+    assert state["rdt"] == {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}}
+    assert f"{ns}/{name}" in setup.rmds[node].uuids()
+    # An annotation change reaches RMD.
+    setup.admin.merge_patch(
+        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}",
+        {"metadata": {"annotations": {"container1_mba_percentage": "30"}}},
+    )
+    wait_for(
+        "new MBA on RMD",
+        lambda: (
+            any(
+                w.get("uuid") == f"{ns}/{name}" and w["rdt"].get("mba") == {"percentage": 30}
+                for w in setup.rmds[node].workloads()
+            )
+            or None
+        ),
+        timeout=TIMEOUT,
+    )
+    # Deleting the pod garbage-collects the workload, and the finalizer takes it off RMD.
+    setup.kubectl("delete", "pod", pod["metadata"]["name"], "-n", ns, "--grace-period=0", "--force")
+    wait_for("removed from RMD", lambda: f"{ns}/{name}" not in setup.rmds[node].uuids() or None, timeout=60)
+
+
+def test_non_exclusive_container_gets_an_event(setup: Setup, agent: tuple[str, _PodResources]) -> None:
+    node, _ = agent
+    ns = setup.namespace()
+    pod = _load("pod-guaranteed-cache.yaml")
+    pod["metadata"]["name"] = "shared-cpus"
+    pod["spec"]["nodeName"] = node
+    for kind in ("requests", "limits"):
+        pod["spec"]["containers"][0]["resources"][kind]["cpu"] = "1500m"
+    setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(pod))
+
+    def event() -> JSON | None:
+        items = setup.admin.get(f"/api/v1/namespaces/{ns}/events").get("items", [])
+        return next((e for e in items if e.get("reason") == "RmdWorkloadNotCreated"), None)
+
+    e = wait_for("event about the container", event, timeout=TIMEOUT)
+    assert "has no exclusive CPUs" in e["message"]
+    assert setup.admin.get(f"{API}/namespaces/{ns}/rmdworkloads").get("items") == []
