@@ -535,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-d", "--debug", action="store_true", help="plain HTTP, no ACL (RMD's debug mode)")
     parser.add_argument("--sockets", type=int, default=2)
     parser.add_argument("--cpus-per-socket", type=int, default=16)
+    parser.add_argument("--count", type=int, default=1, help="independent RMDs, one per node (ports from 0)")
+    parser.add_argument("--urls-file", type=Path, help="write the RMDs' base URLs here, one a line")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     if not args.debug and args.certs is None:
@@ -546,11 +548,21 @@ def main(argv: list[str] | None = None) -> int:
             args.certs / "ca.pem", args.certs / "rmd-cert.pem", args.certs / "rmd-key.pem", args.clientauth
         )
     )
-    state = RmdState(Machine(sockets=args.sockets, cpus_per_socket=args.cpus_per_socket))
+    machine = Machine(sockets=args.sockets, cpus_per_socket=args.cpus_per_socket)
 
     async def run() -> None:
-        async with serve_rmd(state, args.address, args.port, tls) as url:
-            log.info("simulated RMD on %s", url)
+        async with contextlib.AsyncExitStack() as stack:
+            urls = []
+            for i in range(args.count):
+                port = args.port if args.count == 1 else 0
+                urls.append(
+                    await stack.enter_async_context(serve_rmd(RmdState(machine), args.address, port, tls))
+                )
+                log.info("simulated RMD %d on %s", i, urls[-1])
+            if args.urls_file is not None:
+                tmp = args.urls_file.with_suffix(".tmp")
+                tmp.write_text("".join(u + "\n" for u in urls))
+                tmp.replace(args.urls_file)
             await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):
