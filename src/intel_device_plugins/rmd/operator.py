@@ -502,6 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.v >= 4 else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for noisy in ("httpx", "httpx2", "httpcore"):  # one line per API request otherwise
+        logging.getLogger(noisy).setLevel(logging.DEBUG if args.v >= 6 else logging.WARNING)
     try:
         return asyncio.run(amain(args))
     except TlsConfigError as exc:
