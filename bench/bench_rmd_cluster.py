@@ -282,55 +282,59 @@ def main() -> int:
             work / "agent.log",
             env={**os.environ, "KUBECONFIG": str(cp.service_account_kubeconfig(NS, "intel-rmd-node-agent"))},
         )
-        cfg = {
-            "apiVersion": "intel.com/v1alpha1",
-            "kind": "RmdConfig",
-            "metadata": {"name": "rmdconfig", "namespace": NS},
-            "spec": {},
-        }
-        kubectl(cp, "apply", "-f", "-", stdin=json.dumps(cfg))
-        wait_for(
-            "all nodes in RmdConfig status",
-            lambda: (
-                len(
-                    (client.get(f"{API}/namespaces/{NS}/rmdconfigs/rmdconfig").get("status") or {}).get(
-                        "nodes"
+        try:
+            cfg = {
+                "apiVersion": "intel.com/v1alpha1",
+                "kind": "RmdConfig",
+                "metadata": {"name": "rmdconfig", "namespace": NS},
+                "spec": {},
+            }
+            kubectl(cp, "apply", "-f", "-", stdin=json.dumps(cfg))
+            wait_for(
+                "all nodes in RmdConfig status",
+                lambda: (
+                    len(
+                        (client.get(f"{API}/namespaces/{NS}/rmdconfigs/rmdconfig").get("status") or {}).get(
+                            "nodes"
+                        )
+                        or []
                     )
-                    or []
-                )
-                == args.nodes
-            ),
-            timeout=120,
-        )
-        results: dict[str, Any] = {"nodes": args.nodes}
-        results.update(asyncio.run(floor(urls, tls)))
-        results.update(enforce(client, cp, args.nodes, args.workloads))
-        print(json.dumps(results), flush=True)
-        results.update(pods(client, nodes[0], lister, args.pods))
-        print(json.dumps(results), flush=True)
-        time.sleep(15)  # let the last reconciles settle before measuring idle
-        before = {p.name: cpu_seconds(p.pid) for p in (operator, agent)}
-        time.sleep(args.idle)
-        for p in (operator, agent):
-            results[f"{p.name}_idle_cpu_pct"] = round(
-                100 * (cpu_seconds(p.pid) - before[p.name]) / args.idle, 2
+                    == args.nodes
+                ),
+                timeout=120,
             )
-            results[f"{p.name}_rss_mib"] = proc_status(p.pid, "VmRSS")
-            results[f"{p.name}_peak_rss_mib"] = proc_status(p.pid, "VmHWM")
-        probe = subprocess.Popen(
-            [sys.executable, "-c", "import intel_device_plugins.rmd.operator, time; time.sleep(30)"]
-        )
-        time.sleep(8)
-        results["floor_import_only_rss_mib"] = proc_status(probe.pid, "VmRSS")
-        probe.kill()
-        probe.wait()
-        forbidden = sum("forbidden" in (work / f).read_text().lower() for f in ("operator.log", "agent.log"))
-        results["rbac_denials"] = forbidden
-        print(json.dumps(results), flush=True)
-        for p in (agent, operator, sim):
-            p.stop()
-        grpc_server.stop(None)
-        client.close()
+            results: dict[str, Any] = {"nodes": args.nodes}
+            results.update(asyncio.run(floor(urls, tls)))
+            results.update(enforce(client, cp, args.nodes, args.workloads))
+            print(json.dumps(results), flush=True)
+            results.update(pods(client, nodes[0], lister, args.pods))
+            print(json.dumps(results), flush=True)
+            time.sleep(15)  # let the last reconciles settle before measuring idle
+            before = {p.name: cpu_seconds(p.pid) for p in (operator, agent)}
+            time.sleep(args.idle)
+            for p in (operator, agent):
+                results[f"{p.name}_idle_cpu_pct"] = round(
+                    100 * (cpu_seconds(p.pid) - before[p.name]) / args.idle, 2
+                )
+                results[f"{p.name}_rss_mib"] = proc_status(p.pid, "VmRSS")
+                results[f"{p.name}_peak_rss_mib"] = proc_status(p.pid, "VmHWM")
+            probe = subprocess.Popen(
+                [sys.executable, "-c", "import intel_device_plugins.rmd.operator, time; time.sleep(30)"]
+            )
+            time.sleep(8)
+            results["floor_import_only_rss_mib"] = proc_status(probe.pid, "VmRSS")
+            probe.kill()
+            probe.wait()
+            forbidden = sum(
+                "forbidden" in (work / f).read_text().lower() for f in ("operator.log", "agent.log")
+            )
+            results["rbac_denials"] = forbidden
+            print(json.dumps(results), flush=True)
+        finally:
+            for p in (agent, operator, sim):
+                p.stop()
+            grpc_server.stop(None)
+            client.close()
     return 0
 
 

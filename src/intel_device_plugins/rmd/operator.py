@@ -208,23 +208,30 @@ class RmdOperator:
             addresses[meta.name] = [a.address for a in addrs]
         return infos, addresses
 
-    async def _rmd_client(self, node: rc.NodeInfo, addresses: Sequence[str]) -> RmdClient:
+    async def _rmd_pods(self, nodes: Sequence[rc.NodeInfo]) -> list[dict[str, Any]]:
+        """The RMD pods, listed once per reconcile, unless every node has an address override."""
+        if all(n.name in self.cfg.endpoints for n in nodes):
+            return []
+        pods = self.client.list(Pod, namespace=self.cfg.namespace, labels=dict(rc.RMD_POD_LABELS))
+        return [_plain(p) async for p in pods]
+
+    def _rmd_client(
+        self, node: rc.NodeInfo, addresses: Sequence[str], pods: Sequence[Mapping[str, Any]]
+    ) -> RmdClient:
         url = self.cfg.endpoints.get(node.name)
         if url is None:
-            pods = [
-                _plain(p)
-                async for p in self.client.list(
-                    Pod, namespace=self.cfg.namespace, labels=dict(rc.RMD_POD_LABELS)
-                )
-            ]
             url = self.cfg.transport.base_url(rc.rmd_host(node, addresses, pods))
         return RmdClient(self.session, self.cfg.transport, url)
 
     async def _view(
-        self, node: rc.NodeInfo, addresses: Sequence[str], want_cpus: bool
+        self,
+        node: rc.NodeInfo,
+        addresses: Sequence[str],
+        want_cpus: bool,
+        pods: Sequence[Mapping[str, Any]],
     ) -> tuple[rc.NodeView, RmdClient | None]:
         try:
-            rmd = await self._rmd_client(node, addresses)
+            rmd = self._rmd_client(node, addresses, pods)
             workloads = await rmd.get_workloads()
             cpus = host_cpus(await rmd.get_cache_l3()) if want_cpus else None
         except (LookupError, RmdCallError, ValueError) as exc:
@@ -300,7 +307,8 @@ class RmdOperator:
             raise
         nodes, addresses = await self._nodes()
         node = next((n for n in nodes if n.name == node_name), rc.NodeInfo(node_name, {}))
-        view, rmd = await self._view(node, addresses.get(node_name, []), want_cpus=False)
+        pods = await self._rmd_pods([node])
+        view, rmd = await self._view(node, addresses.get(node_name, []), False, pods)
         prev_sync = str((body.get("status") or {}).get("lastSync") or "")
         status = rc.node_state_status(
             body.get("status"),
@@ -397,8 +405,12 @@ class RmdOperator:
         rmd_nodes = [n for n in nodes if rc.selects(selector, n.labels)]
         wanted, missing = rc.targets(spec, nodes, frozenset(n.name for n in rmd_nodes)) if spec else ((), ())
         want_cpus = spec is not None and spec.all_cores
+        pods = await self._rmd_pods(rmd_nodes)
         fetched = await asyncio.gather(
-            *(self._view(n, addresses.get(n.name, []), want_cpus and n.name in wanted) for n in rmd_nodes)
+            *(
+                self._view(n, addresses.get(n.name, []), want_cpus and n.name in wanted, pods)
+                for n in rmd_nodes
+            )
         )
         views = [v for v, _ in fetched]
         clients = {v.node: c for v, c in fetched}
