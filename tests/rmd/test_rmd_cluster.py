@@ -374,6 +374,14 @@ def test_rmd_restart_keeps_state_then_restores(setup: Setup) -> None:
     name = _sample_on(setup, ns, "rmdworkload-guaranteed-cache.yaml", "survivor", ["24-25"])
     wait_for("enforced", lambda: _enforced(setup, ns, name, "2/2"), timeout=TIMEOUT)
     state_path = f"{API}/namespaces/{NS}/rmdnodestates/rmd-node-state-{n1}"
+    wait_for(
+        "node state lists the workload",
+        lambda: (
+            f"{ns}/{name}" in ((setup.admin.get(state_path).get("status") or {}).get("workloads") or {})
+            or None
+        ),
+        timeout=TIMEOUT,
+    )
     setup.rmds[n1].stop()
 
     def stale() -> JSON | None:

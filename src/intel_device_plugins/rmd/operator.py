@@ -106,6 +106,9 @@ class RmdOperator:
         self.cfg = cfg
         self.queue: WorkQueue[Key] = WorkQueue()
         self.reconciled = 0
+        # Status of every RmdWorkload, kept from the watch: node-state reconciles read it instead of listing.
+        self.workload_status: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.node_labels: dict[str, Mapping[str, str]] = {}  # heartbeats change nodes; only labels matter
 
     # ---------------------------------------------------------------- plumbing
 
@@ -155,10 +158,33 @@ class RmdOperator:
 
     def _on_workload(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
-        self.queue.add(("workload", str(meta.get("namespace")), str(meta.get("name"))))
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        status = body.get("status") or {}
+        if event == "DELETED":
+            self.workload_status.pop(key, None)
+        else:
+            self.workload_status[key] = status
+        if (
+            event == "MODIFIED"
+            and not meta.get("deletionTimestamp")
+            and meta.get("generation") is not None
+            and status.get("observedGeneration") == meta.get("generation")
+        ):
+            return  # our own status write; the spec is already handled
+        self.queue.add(("workload", *key))
 
     def _on_node(self, event: str, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        name, labels = str(meta.get("name")), dict(meta.get("labels") or {})
+        if event == "DELETED":
+            self.node_labels.pop(name, None)
+        elif self.node_labels.get(name) == labels:
+            return
+        else:
+            self.node_labels[name] = labels
         self.queue.add(CONFIG_KEY)
+        for key in list(self.workload_status):  # selectors may now match other nodes
+            self.queue.add(("workload", *key))
 
     def _on_rmd_pod(self, event: str, body: Mapping[str, Any]) -> None:
         node = (body.get("spec") or {}).get("nodeName")
@@ -305,10 +331,14 @@ class RmdOperator:
             if is_status(exc, 404):
                 return None
             raise
-        nodes, addresses = await self._nodes()
-        node = next((n for n in nodes if n.name == node_name), rc.NodeInfo(node_name, {}))
+        node = rc.NodeInfo(node_name, {})
+        addresses: list[str] = []
         pods = await self._rmd_pods([node])
-        view, rmd = await self._view(node, addresses.get(node_name, []), False, pods)
+        if pods:  # only needed to find the RMD pod by host IP
+            with contextlib.suppress(Exception):
+                found = await self.client.get(Node, node_name)
+                addresses = [a.address for a in (found.status.addresses if found.status else None) or []]
+        view, rmd = await self._view(node, addresses, False, pods)
         prev_sync = str((body.get("status") or {}).get("lastSync") or "")
         status = rc.node_state_status(
             body.get("status"),
@@ -319,17 +349,29 @@ class RmdOperator:
         )
         await self._set_status(RmdNodeState, name, self.cfg.namespace, body, status)
         if view.workloads is not None and rmd is not None:
-            crs = {
-                (w["metadata"]["namespace"], w["metadata"]["name"]): w.get("status") or {}
-                for w in [_plain(x) async for x in self.client.list(RmdWorkload, namespace="*")]
-            }
+            crs = dict(self.workload_status)
             for wid in rc.orphans(view.workloads, frozenset(crs)):
-                log.info("removing workload %s from RMD on %s: its RmdWorkload is gone", wid, node_name)
+                uuid = next(str(w.get("uuid")) for w in view.workloads if str(w.get("id")) == wid)
+                if await self._cr_exists(uuid):
+                    continue  # the watch has not shown it yet
+                log.info(
+                    "removing workload %s (%s) from RMD on %s: its RmdWorkload is gone", wid, uuid, node_name
+                )
                 with contextlib.suppress(RmdCallError):
                     await rmd.delete_workload(wid)
             for ns, wname in rc.needs_reconcile(view.workloads, node_name, crs):
                 self.queue.add(("workload", ns, wname))
         return self.cfg.node_state_period_s
+
+    async def _cr_exists(self, uuid: str) -> bool:
+        namespace, _, name = uuid.partition("/")
+        try:
+            await self.client.get(RmdWorkload, name, namespace=namespace)
+        except Exception as exc:
+            if is_status(exc, 404):
+                return False
+            raise
+        return True
 
     # ---------------------------------------------------------------- RmdWorkload
 
