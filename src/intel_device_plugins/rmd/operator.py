@@ -108,7 +108,10 @@ class RmdOperator:
         self.reconciled = 0
         # Status of every RmdWorkload, kept from the watch: node-state reconciles read it instead of listing.
         self.workload_status: dict[tuple[str, str], Mapping[str, Any]] = {}
-        self.node_labels: dict[str, Mapping[str, str]] = {}  # heartbeats change nodes; only labels matter
+        self.node_labels: dict[str, Mapping[str, str]] = {}
+        self.node_states: dict[
+            str, Mapping[str, Any]
+        ] = {}  # latest RmdNodeState per node, from the watch  # heartbeats change nodes; only labels matter
 
     # ---------------------------------------------------------------- plumbing
 
@@ -150,9 +153,13 @@ class RmdOperator:
         self.queue.add(CONFIG_KEY)
 
     def _on_node_state(self, event: str, body: Mapping[str, Any]) -> None:
+        node = str((body.get("spec") or {}).get("node") or "")
+        if event == "DELETED":
+            self.node_states.pop(node, None)
+        else:
+            self.node_states[node] = body
         if event == "MODIFIED":
             return  # only this operator writes node states; the periodic re-read drives them
-        node = str((body.get("spec") or {}).get("node") or "")
         if node and body.get("metadata", {}).get("name") == rc.node_state_name(node):
             self.queue.add(("node", node))
 
@@ -325,12 +332,16 @@ class RmdOperator:
 
     async def reconcile_node_state(self, node_name: str) -> float | None:
         name = rc.node_state_name(node_name)
-        try:
-            body = _plain(await self.client.get(RmdNodeState, name, namespace=self.cfg.namespace))
-        except Exception as exc:
-            if is_status(exc, 404):
-                return None
-            raise
+        cached = self.node_states.get(node_name)
+        if cached is not None:
+            body: Mapping[str, Any] = cached
+        else:
+            try:
+                body = _plain(await self.client.get(RmdNodeState, name, namespace=self.cfg.namespace))
+            except Exception as exc:
+                if is_status(exc, 404):
+                    return None
+                raise
         node = rc.NodeInfo(node_name, {})
         addresses: list[str] = []
         pods = await self._rmd_pods([node])
