@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Final
 
 import grpc.aio
@@ -20,7 +20,7 @@ from lightkube import AsyncClient
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Pod
-from lightkube.types import OnErrorAction, OnErrorResult, PatchType
+from lightkube.types import PatchType
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
@@ -28,6 +28,7 @@ from intel_device_plugins.operator.apierrors import is_status
 from intel_device_plugins.operator.workqueue import WorkQueue
 from intel_device_plugins.rmd.agent import RESOURCE, cpus_by_container, desired_workloads, needs_update
 from intel_device_plugins.rmd.operator import RmdWorkload
+from intel_device_plugins.rmd.watch import watch_forever
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +87,11 @@ class NodeAgent:
         if wants_cache(pod) and (pod.get("status") or {}).get("phase") == "Running":
             self.queue.add((str(meta.get("namespace")), str(meta.get("name"))))
 
-    async def _watch(self) -> None:
-        def retry(exc: Exception, count: int) -> OnErrorResult:
-            log.info("pod watch interrupted (%s); resuming", exc)
-            return OnErrorResult(OnErrorAction.RETRY, sleep=1.0)
+    def _watch(self) -> Coroutine[Any, Any, None]:
+        def on_pod(event: str, pod: dict[str, Any]) -> None:
+            self._offer(pod)
 
-        while True:
-            try:
-                async for _, pod in self.client.watch(
-                    Pod, namespace="*", fields={"spec.nodeName": self.node}, on_error=retry
-                ):
-                    self._offer(pod.to_dict())
-            except Exception as exc:
-                log.warning("pod watch failed: %s", exc)
-            await asyncio.sleep(1)
+        return watch_forever(self.client, Pod, on_pod, namespace="*", fields={"spec.nodeName": self.node})
 
     async def _resync(self) -> None:
         while True:

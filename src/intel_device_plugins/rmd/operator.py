@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,7 +27,7 @@ from lightkube import AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import OnErrorAction, OnErrorResult, PatchType
+from lightkube.types import PatchType
 
 from intel_device_plugins.operator.apierrors import is_status
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
@@ -53,6 +53,7 @@ from intel_device_plugins.rmd.model import (
     parse,
 )
 from intel_device_plugins.rmd.payload import host_cpus, workload_uuid
+from intel_device_plugins.rmd.watch import watch_forever
 
 log = logging.getLogger(__name__)
 
@@ -132,22 +133,10 @@ class RmdOperator:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _watch(
+    def _watch(
         self, res: Any, namespace: str | None, handler: Any, labels: Mapping[str, str] | None = None
-    ) -> None:
-        def retry(exc: Exception, count: int) -> OnErrorResult:
-            log.info("watch of %s interrupted (%s); resuming", res.__name__, exc)
-            return OnErrorResult(OnErrorAction.RETRY, sleep=1.0)
-
-        while True:
-            try:
-                async for event, obj in self.client.watch(
-                    res, namespace=namespace, labels=dict(labels) if labels else None, on_error=retry
-                ):
-                    handler(event, _plain(obj))
-            except Exception as exc:  # a broken stream must not end the operator
-                log.warning("watch of %s failed: %s", res.__name__, exc)
-            await asyncio.sleep(1)
+    ) -> Coroutine[Any, Any, None]:
+        return watch_forever(self.client, res, handler, namespace=namespace, labels=labels)
 
     def _on_config(self, event: str, body: Mapping[str, Any]) -> None:
         self.queue.add(CONFIG_KEY)

@@ -87,6 +87,26 @@ _RESTRICTED: Final[Mapping[str, Any]] = {
 }
 
 
+def _daemonset(
+    name: str, namespace: str, owner: Mapping[str, str], labels: Mapping[str, str], pod_spec: dict[str, Any]
+) -> dict[str, Any]:
+    """A DaemonSet controlled by the RmdConfig, labelled as managed by this operator."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**MANAGED_BY},
+            "ownerReferences": [_owner(owner)],
+        },
+        "spec": {
+            "selector": {"matchLabels": dict(labels)},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+        },
+    }
+
+
 def rmd_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str) -> dict[str, Any]:
     """RMD (HTTPS with client certificates on 8443) plus the l3_cache_ways device plugin on each RMD node.
 
@@ -124,52 +144,37 @@ def rmd_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str) 
         ],
         "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}},
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {
-            "name": RMD_DAEMONSET,
-            "namespace": namespace,
-            "labels": {**MANAGED_BY},
-            "ownerReferences": [_owner(owner)],
-        },
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "nodeSelector": rmd_selector(cfg),
-                    "automountServiceAccountToken": False,
-                    "containers": [rmd, plugin],
-                    "volumes": [
-                        _host_volume("sysfs", "/sys/fs"),
-                        _host_volume("device-plugins", "/var/lib/kubelet/device-plugins"),
-                        {
-                            "name": "server-tls",
-                            "secret": {
-                                "secretName": RMD_SERVER_SECRET,
-                                "defaultMode": 0o400,
-                                "items": [
-                                    {"key": "ca.crt", "path": "ca.pem"},
-                                    {"key": "tls.crt", "path": "rmd-cert.pem"},
-                                    {"key": "tls.key", "path": "rmd-key.pem"},
-                                ],
-                            },
-                        },
-                        {
-                            "name": "client-ca",
-                            "secret": {
-                                "secretName": RMD_SERVER_SECRET,
-                                "defaultMode": 0o400,
-                                "items": [{"key": "ca.crt", "path": "ca.pem"}],
-                            },
-                        },
-                        _secret_volume("client-tls", RMD_CLIENT_SECRET),
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": rmd_selector(cfg),
+        "automountServiceAccountToken": False,
+        "containers": [rmd, plugin],
+        "volumes": [
+            _host_volume("sysfs", "/sys/fs"),
+            _host_volume("device-plugins", "/var/lib/kubelet/device-plugins"),
+            {
+                "name": "server-tls",
+                "secret": {
+                    "secretName": RMD_SERVER_SECRET,
+                    "defaultMode": 0o400,
+                    "items": [
+                        {"key": "ca.crt", "path": "ca.pem"},
+                        {"key": "tls.crt", "path": "rmd-cert.pem"},
+                        {"key": "tls.key", "path": "rmd-key.pem"},
                     ],
                 },
             },
-        },
+            {
+                "name": "client-ca",
+                "secret": {
+                    "secretName": RMD_SERVER_SECRET,
+                    "defaultMode": 0o400,
+                    "items": [{"key": "ca.crt", "path": "ca.pem"}],
+                },
+            },
+            _secret_volume("client-tls", RMD_CLIENT_SECRET),
+        ],
     }
+    return _daemonset(RMD_DAEMONSET, namespace, owner, labels, pod_spec)
 
 
 def agent_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str) -> dict[str, Any]:
@@ -190,28 +195,13 @@ def agent_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str
         ],
         "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}},
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {
-            "name": AGENT_DAEMONSET,
-            "namespace": namespace,
-            "labels": {**MANAGED_BY},
-            "ownerReferences": [_owner(owner)],
-        },
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "nodeSelector": rmd_selector(cfg),
-                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
-                    "containers": [agent],
-                    "volumes": [_host_volume("pod-resources", "/var/lib/kubelet/pod-resources")],
-                },
-            },
-        },
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": rmd_selector(cfg),
+        "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+        "containers": [agent],
+        "volumes": [_host_volume("pod-resources", "/var/lib/kubelet/pod-resources")],
     }
+    return _daemonset(AGENT_DAEMONSET, namespace, owner, labels, pod_spec)
 
 
 @dataclasses.dataclass(frozen=True)
