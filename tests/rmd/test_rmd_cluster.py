@@ -525,3 +525,39 @@ def test_non_exclusive_container_gets_an_event(setup: Setup, agent: tuple[str, _
     e = wait_for("event about the container", event, timeout=TIMEOUT)
     assert "has no exclusive CPUs" in e["message"]
     assert setup.admin.get(f"{API}/namespaces/{ns}/rmdworkloads").get("items") == []
+
+
+def test_config_changes_move_rmd_and_the_node_agent(setup: Setup) -> None:
+    n1, n2 = sorted(setup.rmds)
+    label = "rmd-test.intel.com/rmd"
+    setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: "yes"}}})
+    cfg = _load("rmdconfig.yaml")
+    cfg["spec"] = {"deployNodeAgent": True, "rmdNodeSelector": {label: "yes"}, "rmdImage": "example/rmd:test"}
+    setup.kubectl("apply", "-n", NS, "-f", "-", stdin=json.dumps(cfg))
+    ds_path = f"/apis/apps/v1/namespaces/{NS}/daemonsets"
+
+    def agent_ds() -> JSON | None:
+        try:
+            return setup.admin.get(f"{ds_path}/rmd-node-agent")
+        except ApiError:
+            return None
+
+    agent = wait_for("node agent DaemonSet", agent_ds, timeout=TIMEOUT)
+    assert agent["spec"]["template"]["spec"]["serviceAccountName"] == "intel-rmd-node-agent"
+    assert agent["spec"]["template"]["spec"]["nodeSelector"] == {label: "yes"}
+    rmd = setup.admin.get(f"{ds_path}/rmd")
+    assert rmd["spec"]["template"]["spec"]["containers"][0]["image"] == "example/rmd:test"
+    states = f"{API}/namespaces/{NS}/rmdnodestates"
+    wait_for(
+        "only the selected node keeps a node state",
+        lambda: [s["spec"]["node"] for s in setup.admin.get(states)["items"]] == [n2] or None,
+        timeout=TIMEOUT,
+    )
+    _config(setup)  # back to the NFD default and no agent
+    wait_for("agent DaemonSet removed", lambda: agent_ds() is None or None, timeout=TIMEOUT)
+    wait_for(
+        "node states back on both RDT nodes",
+        lambda: sorted(s["spec"]["node"] for s in setup.admin.get(states)["items"]) == [n1, n2] or None,
+        timeout=TIMEOUT,
+    )
+    setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: None}}})
