@@ -37,46 +37,71 @@ def spec_schema(kind: DeviceKind) -> dict[str, Any]:
     }
 
 
-def crd(kind: DeviceKind) -> dict[str, Any]:
-    """The full CRD object for ``kind`` (cluster scoped, v1 served and stored, status subresource)."""
+def crd_document(
+    *,
+    group: str,
+    version: str,
+    kind: str,
+    plural: str,
+    singular: str,
+    scope: str,
+    schema: dict[str, Any],
+    printer_columns: tuple[dict[str, str], ...],
+) -> dict[str, Any]:
+    """A CRD with one served and stored version, a status subresource and the given top-level schema.
+
+    Shared by every CRD this project generates (the device plugin kinds here, the RMD kinds in ``rmd.crds``).
+    """
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{kind.plural}.{GROUP}"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": GROUP,
-            "names": {
-                "kind": kind.kind,
-                "listKind": f"{kind.kind}List",
-                "plural": kind.plural,
-                "singular": kind.singular,
-            },
-            "scope": "Cluster",
+            "group": group,
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": singular},
+            "scope": scope,
             "versions": [
                 {
-                    "name": VERSION,
+                    "name": version,
                     "served": True,
                     "storage": True,
-                    "additionalPrinterColumns": [dict(c) for c in PRINTER_COLUMNS],
+                    "additionalPrinterColumns": [dict(c) for c in printer_columns],
                     "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": f"{kind.kind} runs the Intel {kind.value.upper()} device plugin "
-                            "as a DaemonSet on the selected nodes.",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema(kind),
-                                "status": STATUS_SCHEMA,
-                            },
-                        }
-                    },
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
+
+
+def render_document(document: dict[str, Any], header: str = _HEADER) -> str:
+    """Deterministic YAML text of one generated file."""
+    return header + yaml.safe_dump(document, sort_keys=True, default_flow_style=False, width=120)
+
+
+def crd(kind: DeviceKind) -> dict[str, Any]:
+    """The full CRD object for ``kind`` (cluster scoped, v1 served and stored, status subresource)."""
+    return crd_document(
+        group=GROUP,
+        version=VERSION,
+        kind=kind.kind,
+        plural=kind.plural,
+        singular=kind.singular,
+        scope="Cluster",
+        schema={
+            "type": "object",
+            "description": f"{kind.kind} runs the Intel {kind.value.upper()} device plugin "
+            "as a DaemonSet on the selected nodes.",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": spec_schema(kind),
+                "status": STATUS_SCHEMA,
+            },
+        },
+        printer_columns=PRINTER_COLUMNS,
+    )
 
 
 def crd_filename(kind: DeviceKind) -> str:
@@ -85,7 +110,7 @@ def crd_filename(kind: DeviceKind) -> str:
 
 def render(kind: DeviceKind) -> str:
     """Deterministic YAML text of one CRD file."""
-    return _HEADER + yaml.safe_dump(crd(kind), sort_keys=True, default_flow_style=False, width=120)
+    return render_document(crd(kind))
 
 
 def render_kustomization() -> str:
