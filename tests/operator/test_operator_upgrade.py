@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from intel_device_plugins.operator import images
 from intel_device_plugins.operator.imageref import SemVerError, parse_image, parse_semver
-from intel_device_plugins.operator.images import PLUGIN_IMAGE_VERSION
+from intel_device_plugins.operator.images import PLUGIN_IMAGE_ENV, PROJECT_VERSION, UPSTREAM_VERSION
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import DsaSpec, NpuSpec, parse_spec
-from intel_device_plugins.operator.upgrade import effective_image, effective_spec, sha_env_name
+from intel_device_plugins.operator.upgrade import ImageDecision, effective_image, effective_spec, sha_env_name
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -60,22 +61,49 @@ def test_sha_override_wins_over_user_input() -> None:
     assert same.image == pinned and same.reason == ""
 
 
+OURS = images.node_image()
+CONFIGURED = "registry.example:5000/team/intel-device-plugins-node:" + PROJECT_VERSION
+GPU = ("intel-gpu-plugin",)
+
+
 @pytest.mark.parametrize(
     ("image", "expected"),
     [
-        ("intel/intel-gpu-plugin:0.31.0", f"intel/intel-gpu-plugin:{PLUGIN_IMAGE_VERSION}"),
-        (
-            "host:5000/intel/intel-gpu-plugin:0.30.1",
-            f"host:5000/intel/intel-gpu-plugin:{PLUGIN_IMAGE_VERSION}",
-        ),
+        # upstream's plugin image up to the release this project replaces: our plugin image
+        ("intel/intel-gpu-plugin:0.31.0", OURS),
+        (f"intel/intel-gpu-plugin:{UPSTREAM_VERSION}", OURS),
+        ("host:5000/intel/intel-gpu-plugin:0.30.1", OURS),
+        # newer upstream, non-semver tags and digests: deployed as written
         ("intel/intel-gpu-plugin:0.40.0", "intel/intel-gpu-plugin:0.40.0"),
         ("intel/intel-gpu-plugin:devel", "intel/intel-gpu-plugin:devel"),
         ("intel/intel-gpu-plugin", "intel/intel-gpu-plugin"),
         (f"intel/intel-gpu-plugin:0.1.0@{DIGEST}", f"intel/intel-gpu-plugin:0.1.0@{DIGEST}"),
+        # another kind's upstream name is no plugin of this kind: only the minimum-version rule applies
+        ("intel/intel-qat-plugin:0.31.0", f"intel/intel-qat-plugin:{UPSTREAM_VERSION}"),
+        # our node image: older or equal versions follow the operator, newer ones stay
+        (OURS, OURS),
+        ("elsewhere/intel-device-plugins-node:0.0.1", OURS),
+        (
+            "intel-device-plugins/intel-device-plugins-node:999.0.0",
+            "intel-device-plugins/intel-device-plugins-node:999.0.0",
+        ),
     ],
 )
 def test_automatic_upgrade(image: str, expected: str) -> None:
-    assert effective_image(image, {}).image == expected
+    assert effective_image(image, {}, GPU).image == expected
+
+
+def test_configured_plugin_image_replaces_the_defaults() -> None:
+    env = {PLUGIN_IMAGE_ENV: CONFIGURED}
+    for requested in (OURS, "intel/intel-gpu-plugin:0.36.0"):
+        got = effective_image(requested, env, GPU)
+        assert got.image == CONFIGURED and requested in got.reason
+    assert effective_image(CONFIGURED, env, GPU) == ImageDecision(CONFIGURED)
+
+
+def test_empty_spec_image_gets_the_plugin_image() -> None:
+    eff, _ = effective_spec(NpuSpec(image=""), {PLUGIN_IMAGE_ENV: CONFIGURED})
+    assert eff.image == CONFIGURED
 
 
 def test_effective_spec_covers_init_image_and_leaves_spec_alone() -> None:
@@ -83,18 +111,20 @@ def test_effective_spec_covers_init_image_and_leaves_spec_alone() -> None:
         DeviceKind.DSA,
         {
             "image": "intel/intel-dsa-plugin:0.30.0",
-            "initImage": "intel/intel-idxd-config-initcontainer:0.36.0",
+            "initImage": "intel/intel-idxd-config-initcontainer:0.30.0",
         },
     )
     assert isinstance(spec, DsaSpec)
+    eff, reasons = effective_spec(spec, {})
+    assert eff.image == OURS
+    assert eff.init_image == f"intel/intel-idxd-config-initcontainer:{UPSTREAM_VERSION}"
+    assert len(reasons) == 2
     env = {"INTEL_IDXD_CONFIG_INITCONTAINER_SHA": f"intel/intel-idxd-config-initcontainer@{DIGEST}"}
     eff, reasons = effective_spec(spec, env)
-    assert eff.image == f"intel/intel-dsa-plugin:{PLUGIN_IMAGE_VERSION}"
     assert eff.init_image == env["INTEL_IDXD_CONFIG_INITCONTAINER_SHA"]
-    assert len(reasons) == 2
     assert spec.image == "intel/intel-dsa-plugin:0.30.0"
 
 
 def test_npu_has_only_a_plugin_image() -> None:
-    eff, reasons = effective_spec(NpuSpec(image="intel/intel-npu-plugin:0.36.0"), {})
-    assert eff.image == "intel/intel-npu-plugin:0.36.0" and reasons == ()
+    eff, reasons = effective_spec(NpuSpec(image=OURS), {})
+    assert eff.image == OURS and reasons == ()
