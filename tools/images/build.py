@@ -301,7 +301,7 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
     script = (
         "set -e; id -u; "
         f'for s in {" ".join(scripts)}; do "$s" --help >/dev/null || {{ echo "FAILED $s"; exit 1; }}; done; '
-        f'for t in {" ".join(FORBIDDEN)}; do '
+        f"for t in {' '.join(FORBIDDEN)}; do "
         'if command -v "$t" >/dev/null; then echo "FORBIDDEN $t"; fi; done; '
         "python3 -c 'import k8stest' 2>/dev/null && echo 'FORBIDDEN k8stest' || true"
     )

@@ -10,7 +10,7 @@ Rules, first match wins (docs/install.md, "Image versions"):
 3. Upstream's plugin image for the kind with a tag up to :data:`UPSTREAM_VERSION` is deployed as the
    operator's plugin image too: this release is the drop-in replacement of that upstream release.
 4. Any other image's semantic-version tag below :data:`UPSTREAM_VERSION` (upstream's init images) is
-   raised to it, as upstream's controller did. Digests, newer tags and non-semver tags are deployed as written.
+   raised to it, as upstream's controller did. Digests, newer tags and non-semver tags stay as written.
 """
 
 from __future__ import annotations
