@@ -44,7 +44,7 @@ def test_semver_ordering() -> None:
     [
         ("intel/intel-dsa-plugin:0.36.0", "INTEL_DSA_PLUGIN_SHA"),
         ("intel/intel-idxd-config-initcontainer:0.36.0", "INTEL_IDXD_CONFIG_INITCONTAINER_SHA"),
-        (f"docker.io/intel/intel-sgx-plugin@{DIGEST}", "INTEL_SGX_PLUGIN_SHA"),
+        (f"mirror.example/intel/intel-sgx-plugin@{DIGEST}", "INTEL_SGX_PLUGIN_SHA"),
         ("host:5000/intel/intel-gpu-plugin:1.0.0", "INTEL_GPU_PLUGIN_SHA"),
         ("", None),
     ],
@@ -54,7 +54,7 @@ def test_sha_env_name(image: str, var: str | None) -> None:
 
 
 def test_sha_override_wins_over_user_input() -> None:
-    pinned = f"docker.io/intel/intel-sgx-plugin@{DIGEST}"
+    pinned = f"mirror.example/intel/intel-sgx-plugin@{DIGEST}"
     got = effective_image("intel/intel-sgx-plugin:0.40.0", {"INTEL_SGX_PLUGIN_SHA": pinned})
     assert got.image == pinned and "INTEL_SGX_PLUGIN_SHA" in got.reason
     same = effective_image(pinned, {"INTEL_SGX_PLUGIN_SHA": pinned})

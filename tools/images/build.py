@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -66,6 +67,7 @@ SLIM_FILTERS: Final = (
 CONTEXT_FILES: Final = ("Containerfile", ".containerignore", "pyproject.toml", "uv.lock", "README.md")
 #: Programs the runtime stage must not contain.
 FORBIDDEN: Final = ("pip", "pip3", "uv", "gcc", "cc", "c++", "make")
+MERGED_USR_HOOKS: Final = "/usr/share/mmdebstrap/hooks/merged-usr"
 HOST_CA_BUNDLE: Final = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
@@ -158,7 +160,7 @@ def sources_file() -> Path:
 
 
 def base_key() -> str:
-    recipe = ["bookworm", "minbase", *SLIM_FILTERS, sources_file().read_text()]
+    recipe = ["bookworm", "minbase", MERGED_USR_HOOKS, *SLIM_FILTERS, sources_file().read_text()]
     return hashlib.sha256("\0".join(recipe).encode()).hexdigest()[:16]
 
 
@@ -189,6 +191,8 @@ def ensure_base(cache: Path) -> str:
                 "--variant=minbase",
                 "--mode=root",
                 "--format=tar",
+                # merged /usr set up directly (as Debian's own images), not by the usrmerge package and perl
+                f"--hook-dir={MERGED_USR_HOOKS}",
                 *(f"--dpkgopt={f}" for f in SLIM_FILTERS),
                 "bookworm",
                 str(tmp),
@@ -284,6 +288,22 @@ def archive_layers(archive: Path) -> list[tuple[str, int]]:
         return [(layer["digest"], int(layer["size"])) for layer in manifest["layers"]]
 
 
+def archive_uncompressed_bytes(archive: Path) -> int:
+    """Sum of the uncompressed sizes of an OCI archive's layers (what a node's disk holds)."""
+    total = 0
+    with tarfile.open(archive) as tar:
+        index = json.loads(blob_from(tar, "index.json"))
+        manifest = json.loads(blob_from(tar, "blobs/" + index["manifests"][0]["digest"].replace(":", "/")))
+        for layer in manifest["layers"]:
+            f = tar.extractfile("blobs/" + layer["digest"].replace(":", "/"))
+            if f is None:
+                raise BuildError(f"{archive}: missing layer {layer['digest']}")
+            with gzip.GzipFile(fileobj=f) as gz:
+                while chunk := gz.read(1 << 20):
+                    total += len(chunk)
+    return total
+
+
 def blob_from(tar: tarfile.TarFile, name: str) -> bytes:
     f = tar.extractfile(name)
     if f is None:
@@ -331,19 +351,29 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         "scripts": list(scripts),
         "layers": layers,
         "compressed_bytes": sum(size for _, size in layers),
-        "uncompressed_bytes": int(info.get("Docker", {}).get("Size") or _image_size(built.ref)),
+        "uncompressed_bytes": archive_uncompressed_bytes(built.archive),
         "check_seconds": round(time.monotonic() - started, 2),
     }
 
 
-def _image_size(ref: str) -> int:
-    out = run(["buildah", "images", "--format", "{{.Size}}", "--noheading", ref]).stdout.strip()
-    return _parse_size(out.splitlines()[0]) if out else 0
+def _mb(result: dict[str, Any]) -> dict[str, float]:
+    return {
+        "compressed_mb": result["compressed_bytes"] / 1e6,
+        "uncompressed_mb": result["uncompressed_bytes"] / 1e6,
+    }
 
 
-def _parse_size(text: str) -> int:
-    num, unit = text.split()
-    return int(float(num) * {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}[unit])
+def size_summary(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Compressed and uncompressed sizes per image, and what the images share (counted once)."""
+    layer_sets = {t: {d for d, _ in r["layers"]} for t, r in results.items()}
+    sizes = {d: s for r in results.values() for d, s in r["layers"]}
+    shared = set.intersection(*layer_sets.values()) if layer_sets else set()
+    return {
+        "per_image": {t: _mb(r) for t, r in results.items()},
+        "shared_layers": len(shared),
+        "shared_compressed_mb": sum(sizes[d] for d in shared) / 1e6,
+        "all_images_compressed_mb": sum(sizes.values()) / 1e6,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -378,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BuildError as exc:
         log(str(exc))
         return 1
+    if not opts.no_check:
+        report["sizes"] = size_summary(report["images"])
     report["seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(report, indent=1))
     return 0
