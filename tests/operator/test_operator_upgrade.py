@@ -128,3 +128,39 @@ def test_effective_spec_covers_init_image_and_leaves_spec_alone() -> None:
 def test_npu_has_only_a_plugin_image() -> None:
     eff, reasons = effective_spec(NpuSpec(image=OURS), {})
     assert eff.image == OURS and reasons == ()
+
+
+def test_plugin_image_flag_wins_over_environment() -> None:
+    from intel_device_plugins.operator import cli
+
+    env = {PLUGIN_IMAGE_ENV: "env/intel-device-plugins-node:0.1.0", "X_SHA": "y", "PATH": "/bin"}
+    assert cli.image_env(env) == {"X_SHA": "y", PLUGIN_IMAGE_ENV: env[PLUGIN_IMAGE_ENV]}
+    assert cli.image_env(env, "flag/intel-device-plugins-node:0.1.0")[PLUGIN_IMAGE_ENV].startswith("flag/")
+    assert PLUGIN_IMAGE_ENV not in cli.image_env({"PATH": "/bin"})
+    opts = cli.parser().parse_args(cli.normalise_dashes(["-deviceplugin-image=a/b:1.0.0"], cli.parser()))
+    assert opts.deviceplugin_image == "a/b:1.0.0"
+
+
+@pytest.mark.parametrize("kind", list(DeviceKind), ids=lambda k: k.value)
+def test_validation_accepts_our_node_image_and_upstreams_for_every_kind(kind: DeviceKind) -> None:
+    from intel_device_plugins.operator.validation import validate_object
+
+    ours = validate_object(kind, {"spec": {"image": OURS}})
+    assert ours.allowed and ours.warnings == ()
+    upstream = validate_object(kind, {"spec": {"image": f"intel/intel-{kind.value}-plugin:0.36.0"}})
+    assert upstream.allowed and OURS.split(":")[0] not in upstream.message
+    assert any("operator deploys its own plugin image" in w for w in upstream.warnings)
+    newer = validate_object(kind, {"spec": {"image": f"intel/intel-{kind.value}-plugin:0.40.0"}})
+    assert newer.allowed and newer.warnings == ()
+    wrong = validate_object(kind, {"spec": {"image": "intel-device-plugins/operator:0.1.0"}})
+    assert not wrong.allowed
+    assert "intel-device-plugins/intel-device-plugins-node" in wrong.message
+
+
+def test_no_default_names_upstreams_images() -> None:
+    for kind in DeviceKind:
+        assert not images.default_plugin_image(kind).startswith(f"{images.UPSTREAM_VENDOR}/")
+        assert images.default_init_image(kind) is None
+    assert images.operator_image().startswith(images.DEFAULT_IMAGE_PREFIX + "/")
+    assert images.image("x", "reg.example:5000/team/", "1.0.0") == "reg.example:5000/team/x:1.0.0"
+    assert images.image("x", "", "1.0.0") == "x:1.0.0"

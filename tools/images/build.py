@@ -200,6 +200,9 @@ def ensure_base(cache: Path) -> str:
             ]
         )
         tmp.rename(tar)
+        for stale in cache.glob("base-bookworm-slim-*.tar"):
+            if stale != tar:
+                stale.unlink()
     ctr = run(["buildah", "from", "scratch"]).stdout.strip()
     try:
         run(["buildah", "add", "--quiet", ctr, str(tar), "/"])
@@ -267,8 +270,8 @@ def build_target(target: str, cache: Path, base_id: str, version: str, rev: str,
     tmp.unlink(missing_ok=True)
     run(["buildah", "push", "--quiet", ref, f"oci-archive:{tmp}:{ref}"])
     tmp.rename(archive)
-    for old in cache.glob(f"{target}-*.oci.tar"):
-        if old != archive:
+    for old in cache.glob(f"{target}-*.oci.*"):
+        if not old.name.startswith(archive.name.removesuffix(".tar")):
             old.unlink()
     return Built(target, ref, archive, key)
 
