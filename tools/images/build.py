@@ -42,8 +42,9 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 CONTAINERFILE: Final = ROOT / "Containerfile"
 BASE_IMAGE: Final = "debian:bookworm-slim"
 BASE_LABEL: Final = "org.intel-device-plugins.base-key"
-DEFAULT_CACHE: Final = (
-    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "intel-device-plugins" / "images"
+DEFAULT_CACHE: Final = Path(
+    os.environ.get("IMAGES_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "intel-device-plugins" / "images"
 )
 #: Default repository prefix of this project's images (no registry host: set one at push time).
 DEFAULT_PREFIX: Final = "intel-device-plugins"
@@ -381,7 +382,7 @@ def size_summary(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
-    p.add_argument("--cache", type=Path, default=Path(os.environ.get("IMAGES_CACHE", DEFAULT_CACHE)))
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--no-check", action="store_true", help="skip the in-image checks")
     p.add_argument("--target", action="append", choices=sorted(TARGETS), help="default: every target")
     opts = p.parse_args(argv)
