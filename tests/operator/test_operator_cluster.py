@@ -466,7 +466,7 @@ def test_api_server_defaults_image_and_validates_updates(kind: DeviceKind, admin
     name = unique("default")
     created = admin.create(cr_path(kind), cr_body(kind, name, {"nodeSelector": {TEST_LABEL: name}}))
     try:
-        assert created["spec"]["image"] == f"intel/intel-{kind.value}-plugin:0.36.0"
+        assert created["spec"]["image"] == node_image()
         with pytest.raises(ApiError) as err:
             admin.merge_patch(
                 cr_path(kind, name), {"spec": {"image": f"intel/intel-{kind.value}-plugin:devel"}}

@@ -345,7 +345,10 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         "ref": built.ref,
         "archive": str(built.archive),
         "key": built.key,
-        "ok": proc.returncode == 0 and not any(w in ("FAILED", "FORBIDDEN") for w in lines),
+        "ok": proc.returncode == 0
+        and not any(w in ("FAILED", "FORBIDDEN") for w in lines)
+        and bool(lines)
+        and lines[0] == expected_user,
         "output": (proc.stdout + proc.stderr).strip()[-2000:],
         "uid": lines[0] if lines else "",
         "expected_uid": expected_user,
