@@ -242,7 +242,11 @@ def build_target(target: str, cache: Path, base_id: str, version: str, rev: str,
     key = digest_files(source_files(), ROOT, [target, base_id, version, rev, src])[:16]
     ref = image_ref(target, version)
     archive = cache / f"{target}-{version}-{key}.oci.tar"
-    if archive.exists() and image_inspect(ref) is not None:
+    if archive.exists():
+        # The name in local storage may meanwhile point at another clone's build: restore this archive's.
+        found = image_inspect(ref)
+        if found is None or f"sha256:{found['FromImageID']}" != archive_config_digest(archive):
+            run(["buildah", "pull", "--quiet", f"oci-archive:{archive}"])
         return Built(target, ref, archive, key)
     cmd = [
         "buildah",
@@ -271,8 +275,10 @@ def build_target(target: str, cache: Path, base_id: str, version: str, rev: str,
     tmp.unlink(missing_ok=True)
     run(["buildah", "push", "--quiet", ref, f"oci-archive:{tmp}:{ref}"])
     tmp.rename(archive)
+    # Several clones (a CI checkout, a work tree) may share the cache: keep other keys for a week.
+    week_ago = time.time() - 7 * 86400
     for old in cache.glob(f"{target}-*.oci.*"):
-        if not old.name.startswith(archive.name.removesuffix(".tar")):
+        if not old.name.startswith(archive.name.removesuffix(".tar")) and old.stat().st_mtime < week_ago:
             old.unlink()
     return Built(target, ref, archive, key)
 
@@ -290,6 +296,14 @@ def archive_layers(archive: Path) -> list[tuple[str, int]]:
         index = json.loads(blob_from(tar, "index.json"))
         manifest = json.loads(blob(index["manifests"][0]["digest"]))
         return [(layer["digest"], int(layer["size"])) for layer in manifest["layers"]]
+
+
+def archive_config_digest(archive: Path) -> str:
+    """Digest of the image configuration in an OCI archive: the image ID once it is in local storage."""
+    with tarfile.open(archive) as tar:
+        index = json.loads(blob_from(tar, "index.json"))
+        manifest = json.loads(blob_from(tar, "blobs/" + index["manifests"][0]["digest"].replace(":", "/")))
+        return str(manifest["config"]["digest"])
 
 
 def archive_uncompressed_bytes(archive: Path) -> int:
