@@ -164,3 +164,16 @@ def test_no_default_names_upstreams_images() -> None:
     assert images.operator_image().startswith(images.DEFAULT_IMAGE_PREFIX + "/")
     assert images.image("x", "reg.example:5000/team/", "1.0.0") == "reg.example:5000/team/x:1.0.0"
     assert images.image("x", "", "1.0.0") == "x:1.0.0"
+
+
+def test_plugin_image_is_checked_at_start() -> None:
+    assert images.plugin_image_problem("") is None
+    assert images.plugin_image_problem(CONFIGURED) is None
+    assert images.plugin_image_problem(f"reg/intel-device-plugins-node@sha256:{'a' * 64}") is None
+    no_tag = images.plugin_image_problem("reg/intel-device-plugins-node")
+    assert no_tag is not None and "no tag" in no_tag
+    other = images.plugin_image_problem("reg/intel-gpu-plugin:0.36.0")
+    assert other is not None and "node image" in other
+    from intel_device_plugins.operator import cli
+
+    assert cli.main(["--deviceplugin-image=reg/intel-device-plugins-node"]) == 1

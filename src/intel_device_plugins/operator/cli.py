@@ -270,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         log.error("%s", exc)
         return 1
+    plugin_image = image_env(os.environ, opts.deviceplugin_image).get(images.PLUGIN_IMAGE_ENV, "")
+    if problem := images.plugin_image_problem(plugin_image):
+        log.error("--deviceplugin-image/%s: %s", images.PLUGIN_IMAGE_ENV, problem)
+        return 1
 
     async def runner() -> int:
         task = asyncio.current_task()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Final
 
+from intel_device_plugins.operator.imageref import parse_image
 from intel_device_plugins.operator.kinds import DeviceKind
 
 
@@ -125,3 +126,17 @@ def default_init_image(kind: DeviceKind) -> str | None:
 def plugin_command(kind: DeviceKind) -> str:
     """Console script (upstream binary name) run by the plugin container."""
     return f"intel_{kind.value}_device_plugin"
+
+
+def plugin_image_problem(reference: str) -> str | None:
+    """Why ``reference`` cannot be the operator's plugin image, or None (empty means the default)."""
+    if not reference:
+        return None
+    ref = parse_image(reference)
+    if not ref.tag and not ref.digest:
+        return f'"{reference}" names no tag or digest'
+    if ref.digest and not ref.has_valid_digest:
+        return f'"{reference}" has an invalid digest (expected sha256:<64 hex digits>)'
+    if ref.name != NODE_IMAGE_NAME:
+        return f'"{reference}" is not this project\'s node image (…/{NODE_IMAGE_NAME}:<tag>)'
+    return None
