@@ -238,12 +238,12 @@ def init_of(ds: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
-def test_fpga_init_container_only_when_named() -> None:
-    # No default init image: this project builds none, and no upstream image is implied.
-    assert "initContainers" not in build(DeviceKind.FPGA, {})["spec"]["template"]["spec"]
-    c = init_of(build(DeviceKind.FPGA, {"initImage": "mirror/intel-fpga-initcontainer:0.37.0"}))
-    assert c["name"] == "intel-fpga-initcontainer" and c["image"] == "mirror/intel-fpga-initcontainer:0.37.0"
+def test_fpga_always_has_init_container() -> None:
+    c = init_of(build(DeviceKind.FPGA, {}))
+    assert c["name"] == "intel-fpga-initcontainer" and c["image"] == "intel/intel-fpga-initcontainer:0.36.0"
     assert c["securityContext"] == {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    c2 = init_of(build(DeviceKind.FPGA, {"initImage": "mirror/intel-fpga-initcontainer:0.37.0"}))
+    assert c2["image"] == "mirror/intel-fpga-initcontainer:0.37.0"
 
 
 def test_dlb_init() -> None:

@@ -117,10 +117,15 @@ def accepted_init_image_names(kind: DeviceKind) -> tuple[str, ...]:
     return tuple(names)
 
 
+#: The one upstream image still implied: FPGA region mode needs the CRI hook installed on the host, a
+#: native program the container runtime runs outside any container, which upstream's init image carries and
+#: this project's Python environment cannot provide by copying a file.
+FPGA_INIT_IMAGE: Final = f"{UPSTREAM_VENDOR}/intel-fpga-initcontainer:{UPSTREAM_VERSION}"
+
+
 def default_init_image(kind: DeviceKind) -> str | None:
-    """No init image is implied: this project builds none, and upstream's are named only by a CR."""
-    del kind
-    return None
+    """Init image a DaemonSet gets without ``initImage``: only FPGA has one (see :data:`FPGA_INIT_IMAGE`)."""
+    return FPGA_INIT_IMAGE if kind is DeviceKind.FPGA else None
 
 
 def plugin_command(kind: DeviceKind) -> str:

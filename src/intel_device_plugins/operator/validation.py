@@ -6,7 +6,7 @@ Deliberate differences from upstream, each of which only accepts more:
   ``…-initimage`` names are still accepted. Upstream rejected its own samples.
 - ``spec.image`` may name this project's node image (any kind) or upstream's image for the kind; the
   operator decides what it deploys for either (upgrade.py), and says so in a warning.
-- FPGA ``initImage`` may be empty; the DaemonSet then has no init container (no default init image).
+- FPGA ``initImage`` may be empty; the DaemonSet then uses the default FPGA init image.
 - A semver tag below the minimum is accepted with a warning, as the controller deploys the minimum anyway;
   this lets CRs written for older operator releases apply unchanged.
 """
@@ -33,6 +33,7 @@ from intel_device_plugins.operator.model import (
     AnySpec,
     DsaSpec,
     FieldError,
+    FpgaSpec,
     GpuSpec,
     IaaSpec,
     QatSpec,
@@ -164,6 +165,9 @@ def validate_spec(spec: AnySpec) -> Verdict:
                 "spec.provisioningConfig", "ProvisioningConfig is available only for 4xxx and 420xx devices"
             )
         )
+
+    if isinstance(spec, FpgaSpec) and not spec.init_image:
+        warnings.append("spec.initImage is empty; the default FPGA init image is used")
 
     init_names = accepted_init_image_names(kind)
     init_image = getattr(spec, "init_image", "")
