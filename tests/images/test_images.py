@@ -79,9 +79,10 @@ def test_every_entrypoint_runs_inside_the_image(checks: dict[str, dict[str, Any]
     result = checks[target]
     assert result["ok"], result["output"]
     assert result["scripts"] == list(build.console_scripts())
-    # What the manifests and DaemonSets run (the FPGA plugin's script arrives with its package).
+    # What the manifests and DaemonSets run.
     wanted = {"intel_device_plugins", "gpu_nfdhook", "sgx_epchook", "intel_deviceplugin_operator"}
-    wanted |= {images.plugin_command(k) for k in DeviceKind if k is not DeviceKind.FPGA}
+    wanted |= {"intel_fpga_crihook", "fpga_tool"}
+    wanted |= {images.plugin_command(k) for k in DeviceKind}
     assert set(result["scripts"]) >= wanted
 
 
