@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 from intel_device_plugins.plugins.fpga.cli import build_parser, resolve_mode
@@ -47,7 +48,7 @@ def test_overlay_pod_is_the_operators_plus_a_service_account(kubectl: Kubectl, m
     objects = rendered(kubectl, mode.value)
     pod = objects["DaemonSet/intel-fpga-plugin"]["spec"]["template"]["spec"]
     assert pod.pop("serviceAccountName") == "intel-fpga-plugin"
-    spec = parse_spec(DeviceKind.FPGA, {"image": "intel/intel-fpga-plugin:0.36.0", "mode": mode.value})
+    spec = parse_spec(DeviceKind.FPGA, {"image": node_image(), "mode": mode.value})
     operator_pod = desired_daemonset(spec, Owner(DeviceKind.FPGA, "x", "u"), NAMESPACE)["spec"]["template"][
         "spec"
     ]

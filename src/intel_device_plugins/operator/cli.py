@@ -23,6 +23,7 @@ from typing import Any, Final
 from aiohttp import web
 from lightkube import AsyncClient
 
+from intel_device_plugins.operator import images
 from intel_device_plugins.operator.certs import service_dns_names
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
@@ -92,6 +93,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="DEVICE",
         help="enable this device's controller (repeatable): " + " ".join(k.value for k in DeviceKind),
     )
+    p.add_argument(
+        "--deviceplugin-image",
+        default="",
+        help=f"plugin image for CRs asking for this project's or upstream's default "
+        f"(env {images.PLUGIN_IMAGE_ENV}; default {images.node_image()})",
+    )
     p.add_argument("--webhook-port", type=int, default=9443)
     p.add_argument("--webhook-cert-dir", default=DEFAULT_CERT_DIR)
     p.add_argument(
@@ -140,9 +147,13 @@ def select_devices(values: Sequence[str] | None) -> tuple[DeviceKind, ...]:
     return tuple(chosen)
 
 
-def image_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The ``*_SHA`` image overrides from the environment."""
-    return {k: v for k, v in env.items() if k.endswith("_SHA") and v}
+def image_env(env: Mapping[str, str], plugin_image: str = "") -> dict[str, str]:
+    """The ``*_SHA`` image overrides and the plugin image (flag, else environment) for upgrade.py."""
+    out = {k: v for k, v in env.items() if k.endswith("_SHA") and v}
+    chosen = plugin_image or env.get(images.PLUGIN_IMAGE_ENV, "")
+    if chosen:
+        out[images.PLUGIN_IMAGE_ENV] = chosen
+    return out
 
 
 def identity(env: Mapping[str, str]) -> str:
@@ -210,7 +221,11 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
 
         background.append(asyncio.create_task(serve_webhooks()))
         config = ControllerConfig(
-            namespace, kinds, image_env(env), env.get("DEVICEPLUGIN_SECRET", ""), workers=opts.workers
+            namespace,
+            kinds,
+            image_env(env, opts.deviceplugin_image),
+            env.get("DEVICEPLUGIN_SECRET", ""),
+            workers=opts.workers,
         )
         log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
         if not opts.leader_elect:
@@ -254,6 +269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         select_devices(opts.devices)
     except UsageError as exc:
         log.error("%s", exc)
+        return 1
+    plugin_image = image_env(os.environ, opts.deviceplugin_image).get(images.PLUGIN_IMAGE_ENV, "")
+    if problem := images.plugin_image_problem(plugin_image):
+        log.error("--deviceplugin-image/%s: %s", images.PLUGIN_IMAGE_ENV, problem)
         return 1
 
     async def runner() -> int:
