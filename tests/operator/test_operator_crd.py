@@ -131,4 +131,4 @@ def test_generator_writes_what_it_checks(tmp_path: Path) -> None:
     gpu = yaml.safe_load((tmp_path / "deviceplugin.intel.com_gpudeviceplugins.yaml").read_text())
     assert gpu["spec"]["names"]["kind"] == "GpuDevicePlugin"
     kust = yaml.safe_load((tmp_path / "kustomization.yaml").read_text())
-    assert len(kust["resources"]) == 8
+    assert len(kust["resources"]) == 8 + 2  # eight plugin kinds, AcceleratorFunction and FpgaRegion

@@ -31,6 +31,8 @@ from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
 from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
 from intel_device_plugins.operator.webhook_server import (
+    ReviewHandler,
+    RunningServer,
     ServingCert,
     health_app,
     metrics_app,
@@ -38,6 +40,9 @@ from intel_device_plugins.operator.webhook_server import (
     start,
     webhook_app,
 )
+from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
+from intel_device_plugins.webhooks.store import MappingStore
+from intel_device_plugins.webhooks.watch import follow_all
 
 DEFAULT_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
 log = logging.getLogger("intel_deviceplugin_operator")
@@ -164,9 +169,19 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
     client = AsyncClient(field_manager=FIELD_MANAGER)
     serving = ServingCert(Path(opts.webhook_cert_dir))
     background: list[asyncio.Task[None]] = []
-    runners = []
+    runners: list[RunningServer] = []
     webhook_started = asyncio.Event()
+    pod_webhooks: dict[str, ReviewHandler] = {}
+    ready = webhook_started.is_set
     try:
+        if DeviceKind.FPGA in kinds:
+            # Every replica serves admission, so every replica follows the mappings (not only the leader).
+            store = MappingStore()
+            background.append(asyncio.create_task(follow_all(client, store)))
+            pod_webhooks[FPGA_PATH] = fpga_review(store)
+            ready = lambda: webhook_started.is_set() and store.synced  # noqa: E731
+        if DeviceKind.SGX in kinds:
+            pod_webhooks[SGX_PATH] = sgx_review
         if opts.webhook_cert_mode == "self-managed":
             certs = SelfManagedCerts(
                 client,
@@ -182,7 +197,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
         background.append(asyncio.create_task(serving.watch(2.0)))
         host, port = parse_bind(opts.health_probe_bind_address)
         if port:
-            runners.append(await start(health_app(webhook_started.is_set), host, port))
+            runners.append(await start(health_app(ready), host, port))
 
         async def serve(app: web.Application, host: str, port: int, tls: bool, what: str) -> None:
             """Start a server once its certificate is there; a failure is logged, never silent."""
@@ -205,7 +220,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
             )
 
         async def serve_webhooks() -> None:
-            await serve(webhook_app(metrics), "", opts.webhook_port, True, "webhook server")
+            await serve(webhook_app(metrics, pod_webhooks), "", opts.webhook_port, True, "webhook server")
             webhook_started.set()
 
         background.append(asyncio.create_task(serve_webhooks()))
