@@ -30,45 +30,51 @@ def _expect(value: Any, typ: type | tuple[type, ...], path: str, what: str) -> N
         raise DecodeError(f"{path}: must be {what}")
 
 
+def _get(obj: Mapping[str, Any], key: str, default: Any) -> Any:
+    """A member, with ``null`` read as absent (as the API server does) but ``{}`` kept as a wrong type."""
+    value = obj.get(key)
+    return default if value is None else value
+
+
 def check_pod(pod: Any) -> None:
     """Raise DecodeError naming the first field whose JSON type does not fit a Pod."""
     _expect(pod, dict, "object", "an object")
-    meta = pod.get("metadata", {})
+    meta = _get(pod, "metadata", {})
     _expect(meta, dict, "metadata", "an object")
-    ann = meta.get("annotations") or {}
+    ann = _get(meta, "annotations", {})
     _expect(ann, dict, "metadata.annotations", "an object")
     for key, value in ann.items():
         _expect(value, str, f"metadata.annotations[{key}]", "a string")
     for field in ("name", "namespace"):
-        _expect(meta.get(field, ""), str, f"metadata.{field}", "a string")
+        _expect(_get(meta, field, ""), str, f"metadata.{field}", "a string")
     spec = pod.get("spec")
     _expect(spec, dict, "spec", "an object")
-    containers = spec.get("containers") or []
+    containers = _get(spec, "containers", [])
     _expect(containers, list, "spec.containers", "a list")
     if len(containers) > MAX_CONTAINERS:
         raise DecodeError(f"spec.containers: more than {MAX_CONTAINERS} containers")
-    volumes = spec.get("volumes") or []
+    volumes = _get(spec, "volumes", [])
     _expect(volumes, list, "spec.volumes", "a list")
     for i, vol in enumerate(volumes):
         _expect(vol, dict, f"spec.volumes[{i}]", "an object")
     for i, c in enumerate(containers):
         at = f"spec.containers[{i}]"
         _expect(c, dict, at, "an object")
-        _expect(c.get("name", ""), str, f"{at}.name", "a string")
-        res = c.get("resources") or {}
+        _expect(_get(c, "name", ""), str, f"{at}.name", "a string")
+        res = _get(c, "resources", {})
         _expect(res, dict, f"{at}.resources", "an object")
         for part in ("limits", "requests"):
-            amounts = res.get(part) or {}
+            amounts = _get(res, part, {})
             _expect(amounts, dict, f"{at}.resources.{part}", "an object")
             for name, amount in amounts.items():
                 _expect(amount, (str, int), f"{at}.resources.{part}[{name}]", "a quantity")
         for field in ("env", "volumeMounts"):
-            items = c.get(field) or []
+            items = _get(c, field, [])
             _expect(items, list, f"{at}.{field}", "a list")
             for j, item in enumerate(items):
                 _expect(item, dict, f"{at}.{field}[{j}]", "an object")
                 key = "name" if field == "env" else "mountPath"
-                _expect(item.get(key, ""), str, f"{at}.{field}[{j}].{key}", "a string")
+                _expect(_get(item, key, ""), str, f"{at}.{field}[{j}].{key}", "a string")
 
 
 def containers(pod: Mapping[str, Any]) -> list[JSON]:

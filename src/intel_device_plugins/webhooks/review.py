@@ -42,7 +42,7 @@ def handle_pod_review(review: Any, mutate: PodMutation) -> dict[str, Any]:
         shown = (
             "/".join(str(resource.get(k, "")) for k in ("group", "version", "resource"))
             if isinstance(resource, Mapping)
-            else repr(resource)
+            else str(resource)
         )
         return answer(uid, False, f"unexpected resource type {shown!r}, expected v1 pods", 400)
     pod = request.get("object")
