@@ -2,7 +2,8 @@
 
 Also renders the two ``fpga.intel.com/v2`` CRDs of the FPGA pod webhook from ``webhooks/model.py``.
 
-Run ``python -m intel_device_plugins.operator.crdgen deploy/crds --webhook-dir deploy/operator/webhook``
+Run ``python -m intel_device_plugins.operator.crdgen deploy/crds --webhook-dir deploy/operator/webhook
+--standalone-dir deploy/webhooks``
 after changing ``model.py``, ``kinds.py`` or ``webhooks/model.py``; a unit test
 compares the committed files with this output, so a stale CRD fails the build.
 """
@@ -144,6 +145,9 @@ def fpga_crd(kind: FpgaKind) -> dict[str, Any]:
     }
 
 
+FPGA_CRD_DIR = "fpga"
+
+
 def fpga_crd_filename(kind: FpgaKind) -> str:
     return f"{FPGA_GROUP}_{kind.plural}.yaml"
 
@@ -152,8 +156,11 @@ def render_fpga(kind: FpgaKind) -> str:
     return _HEADER + yaml.safe_dump(fpga_crd(kind), sort_keys=True, default_flow_style=False, width=120)
 
 
-def render_kustomization() -> str:
-    names = [crd_filename(k) for k in ALL_KINDS] + [fpga_crd_filename(k) for k in FpgaKind]
+def render_kustomization(names: list[str] | None = None) -> str:
+    """The CRD directory's kustomization: the eight plugin CRDs and the ``fpga`` subdirectory (the FPGA
+    webhook's two CRDs, which the standalone FPGA webhook installs on their own)."""
+    if names is None:
+        names = [crd_filename(k) for k in ALL_KINDS] + [FPGA_CRD_DIR]
     files = "".join(f"- {n}\n" for n in names)
     return _HEADER + "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n" + files
 
@@ -218,7 +225,8 @@ def render_webhooks() -> str:
 def expected_files() -> dict[str, str]:
     """File name → content for everything the generator owns in ``deploy/crds``."""
     out = {crd_filename(k): render(k) for k in ALL_KINDS}
-    out.update({fpga_crd_filename(k): render_fpga(k) for k in FpgaKind})
+    out.update({f"{FPGA_CRD_DIR}/{fpga_crd_filename(k)}": render_fpga(k) for k in FpgaKind})
+    out[f"{FPGA_CRD_DIR}/kustomization.yaml"] = render_kustomization([fpga_crd_filename(k) for k in FpgaKind])
     out["kustomization.yaml"] = render_kustomization()
     return out
 
@@ -228,17 +236,37 @@ def expected_webhook_files() -> dict[str, str]:
     return {"manifests.yaml": render_webhooks()}
 
 
+def standalone_webhook_files() -> dict[str, str]:
+    """The MutatingWebhookConfiguration of each standalone pod webhook, under ``deploy/webhooks``."""
+    out = {}
+    for which in ("fpga", "sgx"):
+        config = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "mutating-webhook-configuration"},
+            "webhooks": [pod_webhook(which)],
+        }
+        out[f"{which}/base/webhook.yaml"] = _HEADER + yaml.safe_dump(
+            config, sort_keys=True, default_flow_style=False, width=120
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("outdir", type=Path, help="directory for the CRDs, e.g. deploy/crds")
     parser.add_argument("--webhook-dir", type=Path, help="directory for the webhook configurations")
+    parser.add_argument("--standalone-dir", type=Path, help="directory of the standalone pod webhooks")
     args = parser.parse_args(argv)
     targets: list[tuple[Path, dict[str, str]]] = [(args.outdir, expected_files())]
     if args.webhook_dir is not None:
         targets.append((args.webhook_dir, expected_webhook_files()))
+    if args.standalone_dir is not None:
+        targets.append((args.standalone_dir, standalone_webhook_files()))
     for outdir, files in targets:
         outdir.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
+            (outdir / name).parent.mkdir(parents=True, exist_ok=True)
             (outdir / name).write_text(text)
     return 0
 
