@@ -59,6 +59,12 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
@@ -231,9 +237,9 @@ def direct(rate: float, seconds: float) -> None:
                     time.sleep(1.0)
                     rest = rss_mib(proc.pid)
                     asyncio.run(drive(port, path, ca, 20, 1, bodies))  # warm-up, not counted
-                    began = time.perf_counter()
+                    began, cpu_before = time.perf_counter(), cpu_s(proc.pid)
                     lat = asyncio.run(drive(port, path, ca, rate, seconds, bodies))
-                    elapsed = time.perf_counter() - began
+                    elapsed, cpu_used = time.perf_counter() - began, cpu_s(proc.pid) - cpu_before
                     peak = rss_mib(proc.pid, "VmHWM")
                 finally:
                     proc.terminate()
@@ -248,6 +254,7 @@ def direct(rate: float, seconds: float) -> None:
                         "p50 ms": pct(lat, 0.5),
                         "p99 ms": pct(lat, 0.99),
                         "max ms": round(max(lat), 2),
+                        "server CPU ms per request": round(cpu_used * 1000 / max(1, len(lat)), 2),
                         "RSS at rest MiB": rest,
                         "peak RSS MiB": peak,
                     },
@@ -389,7 +396,9 @@ def cluster(rate: float, seconds: float) -> None:
                     through_api(client, ns, rate, seconds),
                 )
             op = installed.operators[0]
-            report("operator", {"peak RSS MiB": rss_mib(op.proc.pid, "VmHWM")})
+            report(
+                "operator", {"peak RSS MiB": rss_mib(op.proc.pid, "VmHWM"), "CPU s used": cpu_s(op.proc.pid)}
+            )
         finally:
             client.close()
             installed.stop()
