@@ -7,7 +7,13 @@ CA the operator injected, as it would in a cluster.
 
 from __future__ import annotations
 
+import base64
 import copy
+import datetime as dt
+import http.server
+import json
+import ssl
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from intel_device_plugins.operator.certs import issue
+from intel_device_plugins.operator.selfcerts import write_pair
 from intel_device_plugins.webhooks import sgx
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
@@ -182,3 +190,105 @@ def test_kube_system_is_not_sent_to_the_webhooks(admin: KubeClient) -> None:
 def test_operator_log_has_no_webhook_errors(installed: Installed, tmp_path: Path) -> None:
     text = installed.operators[0].log()
     assert "Traceback" not in text, text[-4000:]
+
+
+class _Relabel(http.server.BaseHTTPRequestHandler):
+    """A later mutating webhook that labels every pod, so the API server reinvokes the SGX webhook."""
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        labelled = "labels" in review["request"]["object"]["metadata"]
+        ops = [] if labelled else [{"op": "add", "path": "/metadata/labels", "value": {"relabelled": "yes"}}]
+        response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": True}
+        if ops:
+            response |= {
+                "patchType": "JSONPatch",
+                "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
+            }
+        body = json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def relabelling_webhook(admin: KubeClient, tmp_path: Path) -> Iterator[None]:
+    bundle = issue(None, ("localhost",), dt.datetime.now(dt.UTC))
+    write_pair(tmp_path, bundle)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Relabel)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    name = "zz-relabel-test"  # sorts after the operator's configuration, so it runs after the SGX webhook
+    admin.create(
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        {
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "relabel.test.intel.com",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {
+                        "url": f"https://localhost:{server.server_address[1]}/relabel",
+                        "caBundle": base64.b64encode(bundle.ca_bundle()).decode(),
+                    },
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                    "objectSelector": {
+                        "matchExpressions": [{"key": "relabel-test", "operator": "DoesNotExist"}]
+                    },
+                    "namespaceSelector": {"matchLabels": {"relabel-test": "yes"}},
+                }
+            ],
+        },
+    )
+    try:
+        yield
+    finally:
+        admin.delete(f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}")
+        server.shutdown()
+        server.server_close()
+
+
+def test_sgx_webhook_reinvoked_by_a_later_webhook_changes_nothing_more(
+    admin: KubeClient, namespace: Callable[[], str], relabelling_webhook: None
+) -> None:
+    """Upstream appended SGX_AESM_ADDR again on the reinvocation that a later webhook's change causes."""
+    ns = namespace()
+    admin.merge_patch(f"/api/v1/namespaces/{ns}", {"metadata": {"labels": {"relabel-test": "yes"}}})
+    pod = new_pod(
+        "reinvoked",
+        with_resources("app", {"sgx.intel.com/epc": "1Mi"}),
+        annotations={"sgx.intel.com/quote-provider": "aesmd"},
+    )
+
+    def created() -> JSON | None:
+        out = create_pod(admin, ns, pod)
+        if out["metadata"].get("labels") != {"relabelled": "yes"}:  # namespace label not yet seen: try again
+            admin.delete(f"/api/v1/namespaces/{ns}/pods/reinvoked")
+            return None
+        return out
+
+    out = wait_for("the relabelling webhook to run", created, timeout=30)
+    (app,) = out["spec"]["containers"]
+    assert app["env"] == [{"name": "SGX_AESM_ADDR", "value": "1"}]
+    assert app["volumeMounts"].count({"name": "aesmd-socket", "mountPath": "/var/run/aesmd"}) == 1
+    assert [v["name"] for v in out["spec"]["volumes"]].count("aesmd-socket") == 1
+    assert out["metadata"]["annotations"]["sgx.intel.com/epc"] == "1Mi"
