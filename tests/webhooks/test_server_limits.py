@@ -231,3 +231,22 @@ async def test_plain_http_servers_have_the_same_limits() -> None:
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_connections"):
         ServerLimits(max_connections=0)
+
+
+async def test_headers_sent_byte_by_byte_within_the_deadline_are_served(served: Served) -> None:
+    reader, writer = await served.connect()
+    body = json.dumps(review(pod())).encode()
+    request = (
+        b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+    )
+    for i in range(len(request)):  # the blank line ending the headers arrives split over reads
+        writer.write(request[i : i + 1])
+        await writer.drain()
+        await asyncio.sleep(0.002)
+    # Past the header deadline counted from the connection, within the request deadline from the headers' end.
+    await asyncio.sleep(LIMITS.header_timeout_s * 0.8)
+    writer.write(body)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 200")

@@ -172,14 +172,13 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
     runners: list[RunningServer] = []
     webhook_started = asyncio.Event()
     pod_webhooks: dict[str, ReviewHandler] = {}
-    ready = webhook_started.is_set
     try:
         if DeviceKind.FPGA in kinds:
             # Every replica serves admission, so every replica follows the mappings (not only the leader).
             store = MappingStore()
             background.append(asyncio.create_task(follow_all(client, store)))
+            # Readiness does not wait for the mappings: the CR webhooks must not depend on them.
             pod_webhooks[FPGA_PATH] = fpga_review(store)
-            ready = lambda: webhook_started.is_set() and store.synced  # noqa: E731
         if DeviceKind.SGX in kinds:
             pod_webhooks[SGX_PATH] = sgx_review
         if opts.webhook_cert_mode == "self-managed":
@@ -197,7 +196,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
         background.append(asyncio.create_task(serving.watch(2.0)))
         host, port = parse_bind(opts.health_probe_bind_address)
         if port:
-            runners.append(await start(health_app(ready), host, port))
+            runners.append(await start(health_app(webhook_started.is_set), host, port))
 
         async def serve(app: web.Application, host: str, port: int, tls: bool, what: str) -> None:
             """Start a server once its certificate is there; a failure is logged, never silent."""

@@ -369,11 +369,11 @@ class GuardedProtocol(asyncio.Protocol):
             self._tail = b""
             self._enter(_Phase.HEADERS, self._limits.header_timeout_s)
         if self._phase is _Phase.HEADERS:
-            window = self._tail + data[:8192] if len(data) > 8192 else self._tail + data
-            if b"\r\n\r\n" in window or b"\r\n\r\n" in data:
+            # The blank line may straddle two reads: keep the last three bytes seen.
+            if b"\r\n\r\n" in self._tail + data[:3] or b"\r\n\r\n" in data:
                 self._enter(_Phase.REQUEST, self._limits.request_timeout_s)
             else:
-                self._tail = data[-3:]
+                self._tail = (self._tail + data)[-3:]
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:

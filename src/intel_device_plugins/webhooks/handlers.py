@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from intel_device_plugins.webhooks import fpga, sgx
+from intel_device_plugins.webhooks.jsonpatch import Op
+from intel_device_plugins.webhooks.pod import Denied, containers, requested
 from intel_device_plugins.webhooks.review import handle_pod_review
 from intel_device_plugins.webhooks.store import MappingStore
 
@@ -13,9 +15,20 @@ FPGA_PATH: Final = "/pods"
 SGX_PATH: Final = "/mutate--v1-pod"
 
 
+NOT_SYNCED: Final = "FPGA mappings are not loaded yet (AcceleratorFunctions and FpgaRegions): try again"
+
+
 def fpga_review(store: MappingStore) -> Any:
+    """Until both kinds are listed, a pod asking for any fpga.intel.com resource is refused with a message
+    saying why (retried by its controller), rather than denied for a mapping not seen yet."""
+
+    def mutate(pod: Mapping[str, Any], namespace: str) -> list[Op]:
+        if not store.synced and any(requested(c, fpga.PREFIX) for c in containers(pod)):
+            raise Denied(NOT_SYNCED)
+        return fpga.mutate_pod(pod, store.mappings(namespace))
+
     def handle(review: Any) -> Mapping[str, Any]:
-        return handle_pod_review(review, lambda pod, ns: fpga.mutate_pod(pod, store.mappings(ns)))
+        return handle_pod_review(review, mutate)
 
     return handle
 

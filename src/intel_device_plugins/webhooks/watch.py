@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 
@@ -44,6 +44,16 @@ async def follow(
                         store.upsert(kind, _as_dict(obj))
         except TimeoutError:
             continue  # periodic relist
+        except ApiError as exc:
+            if exc.status.code == 404:  # the CRD is not installed: nothing to map until it is
+                store.replace(kind, [])
+                log.warning(
+                    "%s.%s is not installed; looking again in %.0f s", kind.plural, GROUP, resync_s / 10
+                )
+                await asyncio.sleep(resync_s / 10)
+            else:
+                log.warning("watching %s failed: %s; retrying in %.0f s", kind.plural, exc, retry_s)
+                await asyncio.sleep(retry_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the API server may be away: keep serving what we have and retry
