@@ -7,10 +7,17 @@ from typing import Any
 import pytest
 
 from intel_device_plugins.webhooks.handlers import fpga_review, sgx_review
-from intel_device_plugins.webhooks.store import MappingStore
+from intel_device_plugins.webhooks.store import FpgaKind, MappingStore
 from tests.webhooks.podfixtures import pod, review, with_resources
 
-HANDLERS = {"fpga": fpga_review(MappingStore()), "sgx": sgx_review}
+def _synced_empty_store() -> MappingStore:
+    store = MappingStore()
+    for kind in FpgaKind:
+        store.replace(kind, [])
+    return store
+
+
+HANDLERS = {"fpga": fpga_review(_synced_empty_store()), "sgx": sgx_review}
 
 
 @pytest.mark.parametrize("which", HANDLERS)
