@@ -37,6 +37,7 @@ KINDS: Mapping[str, str] = MappingProxyType(
         "iaa": "intel_device_plugins.plugins.iaa.cli",
         "dlb": "intel_device_plugins.plugins.dlb.cli",
         "npu": "intel_device_plugins.plugins.npu.cli",
+        "fpga": "intel_device_plugins.plugins.fpga.cli",
     }
 )
 """Kind → module with ``build_parser()`` and ``build_plugins(args)``; imported only when used."""
