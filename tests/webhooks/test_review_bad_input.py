@@ -10,6 +10,7 @@ from intel_device_plugins.webhooks.handlers import fpga_review, sgx_review
 from intel_device_plugins.webhooks.store import FpgaKind, MappingStore
 from tests.webhooks.podfixtures import pod, review, with_resources
 
+
 def _synced_empty_store() -> MappingStore:
     store = MappingStore()
     for kind in FpgaKind:

@@ -100,6 +100,7 @@ def fpga_standalone(
     work = tmp_path_factory.mktemp("fpga-standalone")
     kubectl = Kubectl(cp.binaries.path("kubectl"), cp.admin_kubeconfig)
     overlay = ROOT / "deploy" / "webhooks" / "fpga" / "self-signed"
+    kubectl("wait", "--for=delete", f"namespace/{NS}", "--timeout=180s", check=False, timeout=200)
     rendered = [d for d in yaml.safe_load_all(kubectl("kustomize", str(overlay)).stdout) if d]
     (dep,) = [d for d in rendered if d["kind"] == "Deployment"]
     kubectl("apply", "-k", str(overlay))
@@ -140,7 +141,10 @@ def fpga_standalone(
     finally:
         c.close()
         proc.stop()
-        kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=false", check=False)
+        # Wait: later modules install the same CRDs and must not meet them terminating.
+        kubectl(
+            "delete", "-k", str(overlay), "--ignore-not-found", "--timeout=180s", check=False, timeout=200
+        )
 
 
 def test_standalone_fpga_webhook_maps_through_the_api_server(
