@@ -7,13 +7,12 @@ incremental reference counts to drift), and ``mutate_pod`` turns a pod into JSON
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+from intel_device_plugins.plugins.fpga.discovery import af_resource_name, region_resource_name
 from intel_device_plugins.webhooks.jsonpatch import Op, escape
 from intel_device_plugins.webhooks.pod import Denied, containers, requested
 
@@ -50,13 +49,8 @@ class NamespaceMappings:
 
 
 def af_device_type(interface_id: str, afu_id: str) -> str:
-    """The af-mode device type: ``af-<3 of interface>.<3 of afu>.<base64url of the hex-decoded ids>``."""
-    try:
-        raw = bytes.fromhex(interface_id + afu_id)
-    except ValueError:
-        raise ValueError(f"interfaceId {interface_id!r} and afuId {afu_id!r} are not hex") from None
-    encoded = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-    return f"af-{interface_id[:3]}.{afu_id[:3]}.{encoded}"
+    """The af-mode device type, exactly as the FPGA plugin names the resource it advertises."""
+    return af_resource_name(interface_id, afu_id)
 
 
 def _spec(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
@@ -76,17 +70,17 @@ def function_mapping(obj: Mapping[str, Any]) -> tuple[str, FunctionMapping]:
     if mode == MODE_AF:
         try:
             resource = PREFIX + af_device_type(iface, afu)
-        except (ValueError, binascii.Error) as exc:
+        except ValueError as exc:
             raise ValueError(f"AcceleratorFunction {name}: {exc}") from None
     else:
-        resource = f"{PREFIX}region-{iface}"
+        resource = PREFIX + region_resource_name(iface)
     return PREFIX + name, FunctionMapping(resource, mode, iface, afu)
 
 
 def region_mapping(obj: Mapping[str, Any]) -> tuple[str, FunctionMapping]:
     name, spec = _spec(obj)
     iface = str(spec.get("interfaceId") or "")
-    return PREFIX + name, FunctionMapping(f"{PREFIX}region-{iface}", MODE_REGION_DEVEL, iface)
+    return PREFIX + name, FunctionMapping(PREFIX + region_resource_name(iface), MODE_REGION_DEVEL, iface)
 
 
 def namespace_mappings(
