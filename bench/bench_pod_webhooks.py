@@ -243,8 +243,8 @@ def direct(rate: float, seconds: float, workers: int) -> None:
                     root,
                     script,
                     [
-                        f"--cert-dir={root / 'certs'}",
-                        f"--port={port}",
+                        f"--webhook-cert-dir={root / 'certs'}",
+                        f"--webhook-port={port}",
                         f"--health-probe-bind-address=127.0.0.1:{health}",
                     ],
                 )

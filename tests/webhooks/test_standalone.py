@@ -50,11 +50,17 @@ def get(port: int, path: str) -> int:
 
 def test_flags_follow_upstream_and_go_style() -> None:
     p = cli.parser("intel_fpga_admissionwebhook")
-    opts = p.parse_args(normalise_dashes(["-v=1", "-leader-elect", "-port=9444", "--cert-dir=/c"], p))
-    assert (opts.verbosity, opts.leader_elect, opts.port, opts.cert_dir) == (1, True, 9444, "/c")
-    assert opts.metrics_bind_address == "0" and opts.cert_mode == "files"
+    argv = ["-v=1", "-leader-elect", "-webhook-port=9444", "--webhook-cert-dir=/c"]
+    opts = p.parse_args(normalise_dashes(argv, p))
+    assert (opts.verbosity, opts.leader_elect, opts.webhook_port, opts.webhook_cert_dir) == (
+        1,
+        True,
+        9444,
+        "/c",
+    )
+    assert opts.metrics_bind_address == "0" and opts.webhook_cert_mode == "files"
     with pytest.raises(SystemExit):
-        p.parse_args(["--po=1"])  # no abbreviations
+        p.parse_args(["--webhook-po=1"])  # no abbreviations
 
 
 def test_sgx_webhook_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -64,8 +70,8 @@ def test_sgx_webhook_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None
         "sgx-webhook",
         [
             script("intel_sgx_admissionwebhook"),
-            f"--cert-dir={tmp_path}",
-            f"-port={port}",
+            f"--webhook-cert-dir={tmp_path}",
+            f"-webhook-port={port}",
             f"--health-probe-bind-address=127.0.0.1:{health}",
             "-v=1",
         ],
@@ -114,8 +120,8 @@ def fpga_standalone(
     )
     port, health = free_port(), free_port()
     container = dep["spec"]["template"]["spec"]["containers"][0]
-    argv = [script(container["command"][0]), *container["args"], f"--port={port}"]
-    argv += [f"--cert-dir={work / 'certs'}", f"--health-probe-bind-address=127.0.0.1:{health}"]
+    argv = [script(container["command"][0]), *container["args"], f"--webhook-port={port}"]
+    argv += [f"--webhook-cert-dir={work / 'certs'}", f"--health-probe-bind-address=127.0.0.1:{health}"]
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME")}
     env |= {"POD_NAMESPACE": NS, "KUBECONFIG": str(cp.service_account_kubeconfig(NS, f"{PREFIX}webhook"))}
     proc = ManagedProcess("fpga-webhook", argv, work / "fpga.log", env=env)

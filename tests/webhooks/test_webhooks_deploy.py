@@ -131,9 +131,9 @@ def test_standalone_names_and_certificate_wiring(which: str) -> None:
     assert ("MutatingWebhookConfiguration", f"{prefix}mutating-webhook-configuration") in names
     assert ("Service", f"{prefix}webhook-service") in names
     assert {
-        "--cert-mode=self-managed",
-        f"--service={prefix}webhook-service",
-        f"--secret={prefix}webhook-server-cert",
+        "--webhook-cert-mode=self-managed",
+        f"--webhook-service={prefix}webhook-service",
+        f"--webhook-secret={prefix}webhook-server-cert",
         f"--webhook-configuration={prefix}mutating-webhook-configuration",
     } <= set(args)
 

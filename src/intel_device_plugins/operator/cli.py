@@ -97,8 +97,16 @@ def parser() -> argparse.ArgumentParser:
         metavar="DEVICE",
         help="enable this device's controller (repeatable): " + " ".join(k.value for k in DeviceKind),
     )
-    p.add_argument("--webhook-port", type=int, default=9443)
-    p.add_argument("--webhook-cert-dir", default=DEFAULT_CERT_DIR)
+    add_webhook_flags(p)
+    p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
+    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
+    return p
+
+
+def add_webhook_flags(p: argparse.ArgumentParser) -> None:
+    """The webhook server's port and certificate flags, shared with the standalone pod webhooks."""
+    p.add_argument("--webhook-port", type=int, default=9443, help="webhook HTTPS port")
+    p.add_argument("--webhook-cert-dir", default=DEFAULT_CERT_DIR, help="directory of tls.crt and tls.key")
     p.add_argument(
         "--webhook-cert-mode",
         choices=("files", "self-managed"),
@@ -113,9 +121,20 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="webhook configuration to inject the CA into (self-managed mode, repeatable)",
     )
-    p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
-    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
-    return p
+
+
+def self_managed_certs(client: AsyncClient, opts: argparse.Namespace, namespace: str) -> SelfManagedCerts:
+    """The self-managed certificate keeper for the flags of ``add_webhook_flags``."""
+    return SelfManagedCerts(
+        client,
+        SelfManagedConfig(
+            namespace,
+            opts.webhook_secret,
+            service_dns_names(opts.webhook_service, namespace),
+            tuple(opts.webhook_configuration),
+            Path(opts.webhook_cert_dir),
+        ),
+    )
 
 
 def normalise_dashes(argv: Sequence[str], p: argparse.ArgumentParser) -> list[str]:
@@ -182,17 +201,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
         if DeviceKind.SGX in kinds:
             pod_webhooks[SGX_PATH] = sgx_review
         if opts.webhook_cert_mode == "self-managed":
-            certs = SelfManagedCerts(
-                client,
-                SelfManagedConfig(
-                    namespace,
-                    opts.webhook_secret,
-                    service_dns_names(opts.webhook_service, namespace),
-                    tuple(opts.webhook_configuration),
-                    Path(opts.webhook_cert_dir),
-                ),
-            )
-            background.append(asyncio.create_task(certs.run()))
+            background.append(asyncio.create_task(self_managed_certs(client, opts, namespace).run()))
         background.append(asyncio.create_task(serving.watch(2.0)))
         host, port = parse_bind(opts.health_probe_bind_address)
         if port:

@@ -19,17 +19,16 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
-from intel_device_plugins.operator.certs import service_dns_names
 from intel_device_plugins.operator.cli import (
-    DEFAULT_CERT_DIR,
     _Parser,
     _wait_loaded,
+    add_webhook_flags,
     go_bool,
     install_signal_handlers,
     normalise_dashes,
+    self_managed_certs,
 )
 from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
 from intel_device_plugins.operator.webhook_server import (
     ReviewHandler,
     RunningServer,
@@ -49,8 +48,7 @@ log = logging.getLogger("intel_admissionwebhook")
 
 def parser(prog: str) -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="Mutating admission webhook for pods.")
-    p.add_argument("--port", type=int, default=9443, help="HTTPS port of the webhook")
-    p.add_argument("--cert-dir", default=DEFAULT_CERT_DIR, help="directory with tls.crt and tls.key")
+    add_webhook_flags(p)
     p.add_argument("--metrics-bind-address", default="0", help="metrics address; 0 (default) disables")
     p.add_argument("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address")
     p.add_argument(
@@ -60,20 +58,6 @@ def parser(prog: str) -> argparse.ArgumentParser:
         default=False,
         type=go_bool,
         help="accepted for compatibility; every replica serves",
-    )
-    p.add_argument(
-        "--cert-mode",
-        choices=("files", "self-managed"),
-        default="files",
-        help="files: read tls.crt/tls.key (cert-manager); self-managed: issue, rotate and inject",
-    )
-    p.add_argument("--service", default="webhook-service", help="Service name (self-managed mode)")
-    p.add_argument("--secret", default="webhook-server-cert", help="Secret name (self-managed mode)")
-    p.add_argument(
-        "--webhook-configuration",
-        action="append",
-        default=[],
-        help="webhook configuration to inject the CA into (self-managed mode, repeatable)",
     )
     p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
     return p
@@ -87,9 +71,9 @@ async def serve(
     ready_extra: Callable[[], bool] = lambda: True,
 ) -> int:
     """Run the webhook server (and health/metrics) until cancelled."""
-    self_managed = opts.cert_mode == "self-managed"
+    self_managed = opts.webhook_cert_mode == "self-managed"
     client = AsyncClient() if (needs_client or self_managed) else None
-    serving = ServingCert(Path(opts.cert_dir))
+    serving = ServingCert(Path(opts.webhook_cert_dir))
     metrics = Metrics()
     runners: list[RunningServer] = []
     started = asyncio.Event()
@@ -98,16 +82,7 @@ async def serve(
         if self_managed:
             assert client is not None
             namespace = env.get("POD_NAMESPACE") or "default"
-            certs = SelfManagedCerts(
-                client,
-                SelfManagedConfig(
-                    namespace,
-                    opts.secret,
-                    service_dns_names(opts.service, namespace),
-                    tuple(opts.webhook_configuration),
-                    Path(opts.cert_dir),
-                ),
-            )
+            certs = self_managed_certs(client, opts, namespace)
             background.append(asyncio.create_task(certs.run()))
         background.append(asyncio.create_task(serving.watch(2.0)))
         host, port = parse_bind(opts.health_probe_bind_address)
@@ -117,8 +92,8 @@ async def serve(
         if port:
             runners.append(await start(metrics_app(metrics), host, port))
         await _wait_loaded(serving)
-        runners.append(await start(webhook_app(metrics, paths), "", opts.port, serving.context))
-        log.info("webhook server listening on :%d for %s", opts.port, ", ".join(paths))
+        runners.append(await start(webhook_app(metrics, paths), "", opts.webhook_port, serving.context))
+        log.info("webhook server listening on :%d for %s", opts.webhook_port, ", ".join(paths))
         started.set()
         await asyncio.Event().wait()
         return 0
