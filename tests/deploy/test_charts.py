@@ -103,6 +103,17 @@ def test_operator_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path
     assert _diff(rendered, _kustomize(kubectl, directory)) == []
 
 
+def test_network_policy_can_be_left_out_or_given_the_clusters_pod_networks(helm: Path, kubectl: Path) -> None:
+    policy = ("NetworkPolicy", "intel-deviceplugins-controller-manager-ingress")
+    kustomized = _kustomize(kubectl, DEPLOY / "default")
+    without = _template(helm, OPERATOR_CHART, "createNamespace=true", "networkPolicy.enabled=false")
+    assert policy in kustomized
+    assert _diff(without, {k: v for k, v in kustomized.items() if k != policy}) == []
+    ipv4_only = _template(helm, OPERATOR_CHART, "networkPolicy.podCIDRs={10.0.0.0/8}")[policy]
+    blocks = [peer["ipBlock"] for peer in ipv4_only["spec"]["ingress"][0]["from"]]
+    assert blocks == [{"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}, {"cidr": "::/0"}]
+
+
 def test_charts_lint(helm: Path) -> None:
     for chart in (OPERATOR_CHART, CRS_CHART):
         _run([helm, "lint", "--strict", chart])
@@ -182,6 +193,6 @@ def test_chart_versions_follow_the_package() -> None:
     for chart in (OPERATOR_CHART, CRS_CHART):
         meta = yaml.safe_load((chart / "Chart.yaml").read_text())
         assert meta["version"] == meta["appVersion"] == images.PROJECT_VERSION, chart
-    for crd in (ROOT / "deploy" / "crds").glob("*.yaml"):
+    for crd in (ROOT / "deploy" / "crds").rglob("*.yaml"):
         if crd.name != "kustomization.yaml":
             assert (OPERATOR_CHART / "crds" / crd.name).read_bytes() == crd.read_bytes(), crd.name
