@@ -22,6 +22,7 @@ CHARTS = ROOT / "charts"
 OPERATOR_CHART = CHARTS / "intel-device-plugins-operator"
 CRS_CHART = CHARTS / "intel-device-plugins-crs"
 DEPLOY = ROOT / "deploy" / "operator"
+STANDALONE_WEBHOOKS = ROOT / "deploy" / "webhooks"
 NAMESPACE = "inteldeviceplugins-system"
 Obj = dict[str, Any]
 
@@ -157,6 +158,14 @@ def test_defaults_reference_only_this_projects_images(helm: Path, kubectl: Path)
         assert set(_image_strings(objs)) == expected
     samples = set(_image_strings(_kustomize(kubectl, DEPLOY / "samples")))
     assert samples == {images.node_image()}
+    for webhook in ("fpga", "sgx"):
+        for overlay in ("default", "self-signed"):
+            objs = _kustomize(kubectl, STANDALONE_WEBHOOKS / webhook / overlay)
+            assert set(_image_strings(objs)) == {images.operator_image()}, f"{webhook}/{overlay}"
+            (deployment,) = (o for o in objs.values() if o["kind"] == "Deployment")
+            (container,) = deployment["spec"]["template"]["spec"]["containers"]
+            assert container["command"] == [f"intel_{webhook}_admissionwebhook"]
+            assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
 
 
 def test_registry_and_tag_are_set_in_one_place(helm: Path, kubectl: Path, tmp_path: Path) -> None:
