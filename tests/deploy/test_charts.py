@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from intel_device_plugins.operator import images
+from intel_device_plugins.rmd import images as rmd_images
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"
@@ -23,6 +24,9 @@ OPERATOR_CHART = CHARTS / "intel-device-plugins-operator"
 CRS_CHART = CHARTS / "intel-device-plugins-crs"
 DEPLOY = ROOT / "deploy" / "operator"
 STANDALONE_WEBHOOKS = ROOT / "deploy" / "webhooks"
+RMD = ROOT / "deploy" / "rmd"
+# Environment values that name images (the operators deploy them).
+IMAGE_ENVS = {images.PLUGIN_IMAGE_ENV, rmd_images.NODE_IMAGE_ENV}
 NAMESPACE = "inteldeviceplugins-system"
 Obj = dict[str, Any]
 
@@ -136,7 +140,7 @@ def _image_strings(objs: dict[tuple[str, str], Obj]) -> Iterator[str]:
                 if key == "image" and isinstance(value, str):
                     yield value
                 elif key == "env" and isinstance(value, list):
-                    yield from (e["value"] for e in value if e.get("name") == images.PLUGIN_IMAGE_ENV)
+                    yield from (e["value"] for e in value if e.get("name") in IMAGE_ENVS)
                 else:
                     yield from walk(value)
         elif isinstance(node, list):
@@ -166,6 +170,13 @@ def test_defaults_reference_only_this_projects_images(helm: Path, kubectl: Path)
             (container,) = deployment["spec"]["template"]["spec"]["containers"]
             assert container["command"] == [f"intel_{webhook}_admissionwebhook"]
             assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    rmd = _kustomize(kubectl, RMD / "default")
+    assert set(_image_strings(rmd)) == {images.operator_image(), images.node_image()}
+    (container,) = rmd[("Deployment", "intel-rmd-operator")]["spec"]["template"]["spec"]["containers"]
+    assert (container["image"], container["command"]) == (
+        images.operator_image(),
+        [rmd_images.OPERATOR_COMMAND],
+    )
 
 
 def test_registry_and_tag_are_set_in_one_place(helm: Path, kubectl: Path, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.rmd import pki
+from intel_device_plugins.rmd import images, pki
 from intel_device_plugins.rmd.client import TlsConfigError
 from intel_device_plugins.rmd.operator import _endpoint, build_transport, main, parser
 
@@ -29,6 +29,16 @@ def test_plain_http_only_with_the_debug_flag(caplog: pytest.LogCaptureFixture) -
         transport = build_transport(None, plain=True, timeout_s=1)
     assert transport.scheme == "http" and "PLAIN HTTP" in caplog.text
     assert parser().parse_args([]).insecure_plain_http is False
+
+
+def test_node_image_defaults_to_the_projects_and_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(images.NODE_IMAGE_ENV, raising=False)
+    assert parser().parse_args([]).node_image == images.default_node_image()
+    monkeypatch.setenv(images.NODE_IMAGE_ENV, "registry.example/x/node:2")
+    assert parser().parse_args([]).node_image == "registry.example/x/node:2"
+    assert parser().parse_args(["--node-image", "y/node:3"]).node_image == "y/node:3"
 
 
 def test_bad_tls_material_exits_2(tmp_path: Path) -> None:

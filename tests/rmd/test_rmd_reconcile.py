@@ -57,6 +57,19 @@ def test_rmd_image_from_the_config_is_used() -> None:
     )
 
 
+def test_agent_and_plugin_run_this_projects_node_image_with_their_command() -> None:
+    spec = parse(RmdConfigSpec, {"deployNodeAgent": True})
+    for plan, want in (
+        (plan_config(spec, OWNER, "ns", [], []), images.default_node_image()),
+        (plan_config(spec, OWNER, "ns", [], [], "registry.example/x/node:1"), "registry.example/x/node:1"),
+    ):
+        rmd_ds, agent_ds = plan.daemonsets
+        _, plugin = rmd_ds["spec"]["template"]["spec"]["containers"]
+        (agent,) = agent_ds["spec"]["template"]["spec"]["containers"]
+        assert (plugin["image"], plugin["command"][0]) == (want, images.DEVICE_PLUGIN_COMMAND)
+        assert (agent["image"], agent["command"]) == (want, [images.NODE_AGENT_COMMAND])
+
+
 def test_empty_node_selector_keeps_the_nfd_default() -> None:
     nodes = [NodeInfo("rdt", {**DEFAULT_RMD_SELECTOR}), NodeInfo("plain", {})]
     plan = plan_config(parse(RmdConfigSpec, {"rmdNodeSelector": {}}), OWNER, "ns", nodes, [])

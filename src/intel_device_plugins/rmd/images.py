@@ -1,27 +1,39 @@
-"""Container images of the RMD operator's components, in one place.
+"""Container images of the RMD operator's components.
 
-PLACEHOLDER: the project's own image naming lives in ``operator/images.py``; these names follow its vendor
-path and tag and keep upstream's image names (intel-rmd-operator, intel-rmd-node-agent,
-intel-rmd-deviceplugin). Align them here, and only here, when the project's image list is final.
+The operator, node agent and l3_cache_ways device plugin are console scripts of this project, so they run
+from its two images (names, prefix and tag come from ``operator/images.py``): the operator from the non-root
+operator image, the agent and plugin from the node image, each picked with ``command``. Only RMD itself is a
+separate daemon with its own image; an RmdConfig's ``spec.rmdImage`` overrides the default below.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from intel_device_plugins.operator.images import IMAGE_VENDOR, PLUGIN_IMAGE_VERSION
+from intel_device_plugins.operator import images
 
-OPERATOR_IMAGE_NAME: Final = "intel-rmd-operator"
-NODE_AGENT_IMAGE_NAME: Final = "intel-rmd-node-agent"
-DEVICE_PLUGIN_IMAGE_NAME: Final = "intel-rmd-deviceplugin"
-#: RMD itself is built from its own repository; an RmdConfig's spec.rmdImage overrides this.
-RMD_IMAGE_NAME: Final = "rmd"
-RMD_IMAGE_TAG: Final = "v0.3"
+#: Console scripts (pyproject.toml) the manifests and DaemonSets run.
+OPERATOR_COMMAND: Final = "intel-rmd-operator"
+NODE_AGENT_COMMAND: Final = "intel-rmd-node-agent"
+DEVICE_PLUGIN_COMMAND: Final = "intel-rmd-deviceplugin"
+
+#: Environment variable (and the operator flag ``--node-image``) naming the image of the DaemonSets' agent
+#: and plugin containers; the manifest sets it so that kustomize ``images:`` rewrites it with the operator's.
+NODE_IMAGE_ENV: Final = "RMD_NODE_IMAGE"
+
+#: RMD is a third-party daemon built from its own repository; this name is only the default.
+RMD_IMAGE: Final = "rmd:v0.3"
 
 
-def image(name: str, tag: str = PLUGIN_IMAGE_VERSION) -> str:
-    return f"{IMAGE_VENDOR}/{name}:{tag}"
+def operator_image() -> str:
+    """Image of the RMD operator Deployment: this project's operator image."""
+    return images.operator_image()
+
+
+def default_node_image() -> str:
+    """Image of the node agent and the device plugin unless the operator is told otherwise."""
+    return images.node_image()
 
 
 def default_rmd_image() -> str:
-    return image(RMD_IMAGE_NAME, RMD_IMAGE_TAG)
+    return RMD_IMAGE

@@ -32,6 +32,7 @@ from lightkube.types import PatchType
 from intel_device_plugins.operator.apierrors import is_status
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.operator.workqueue import WorkQueue
+from intel_device_plugins.rmd import images
 from intel_device_plugins.rmd import reconcile as rc
 from intel_device_plugins.rmd.client import (
     RmdApiError,
@@ -79,6 +80,7 @@ class OperatorConfig:
     config_resync_s: float = 30.0
     retry_s: float = 5.0
     cleanup_grace_s: float = 120.0
+    node_image: str = dataclasses.field(default_factory=images.default_node_image)  # agent and plugin
 
 
 def _now() -> str:
@@ -282,7 +284,7 @@ class RmdOperator:
             _plain(s)["metadata"]["name"]
             async for s in self.client.list(RmdNodeState, namespace=self.cfg.namespace)
         ]
-        plan = rc.plan_config(spec, owner, self.cfg.namespace, nodes, states)
+        plan = rc.plan_config(spec, owner, self.cfg.namespace, nodes, states, self.cfg.node_image)
         for ds in plan.daemonsets:
             await self.client.patch(
                 DaemonSet,
@@ -521,6 +523,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--node-state-period", type=float, default=10.0)
     p.add_argument("--cleanup-grace", type=float, default=120.0)
     p.add_argument("--no-leader-elect", action="store_true")
+    p.add_argument(
+        "--node-image",
+        default=os.environ.get(images.NODE_IMAGE_ENV) or images.default_node_image(),
+        help=f"image of the node agent and device plugin (env {images.NODE_IMAGE_ENV})",
+    )
     p.add_argument("-v", type=int, default=0, help="log verbosity")
     return p
 
@@ -534,6 +541,7 @@ async def amain(args: argparse.Namespace) -> int:
         workload_resync_s=args.workload_resync,
         node_state_period_s=args.node_state_period,
         cleanup_grace_s=args.cleanup_grace,
+        node_image=args.node_image,
     )
     client = AsyncClient(field_manager=FIELD_MANAGER)
     async with aiohttp.ClientSession() as session:

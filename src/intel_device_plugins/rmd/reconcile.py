@@ -107,7 +107,9 @@ def _daemonset(
     }
 
 
-def rmd_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str) -> dict[str, Any]:
+def rmd_daemonset(
+    cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str, node_image: str
+) -> dict[str, Any]:
     """RMD (HTTPS with client certificates on 8443) plus the l3_cache_ways device plugin on each RMD node.
 
     RMD writes resctrl, so it alone is privileged; the plugin talks to it over loopback with its own
@@ -129,9 +131,9 @@ def rmd_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str) 
     }
     plugin = {
         "name": "intel-rmd-deviceplugin",
-        "image": images.image(images.DEVICE_PLUGIN_IMAGE_NAME),
+        "image": node_image,
         "command": [
-            "intel-rmd-deviceplugin",
+            images.DEVICE_PLUGIN_COMMAND,
             "--rmd-address",
             "https://127.0.0.1:8443",
             "--tls-dir",
@@ -177,13 +179,15 @@ def rmd_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str) 
     return _daemonset(RMD_DAEMONSET, namespace, owner, labels, pod_spec)
 
 
-def agent_daemonset(cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str) -> dict[str, Any]:
+def agent_daemonset(
+    cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str, node_image: str
+) -> dict[str, Any]:
     """The node agent on each RMD node: reads the kubelet's PodResources socket, writes RmdWorkloads."""
     labels = {**AGENT_POD_LABELS}
     agent = {
         "name": "intel-rmd-node-agent",
-        "image": images.image(images.NODE_AGENT_IMAGE_NAME),
-        "command": ["intel-rmd-node-agent"],
+        "image": node_image,
+        "command": [images.NODE_AGENT_COMMAND],
         "env": [
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -226,8 +230,13 @@ def plan_config(
     namespace: str,
     nodes: Sequence[NodeInfo],
     node_states: Sequence[str],
+    node_image: str | None = None,
 ) -> ConfigPlan:
-    """DaemonSets to apply; node states to create for newly selected nodes and delete for nodes that left."""
+    """DaemonSets to apply; node states to create for newly selected nodes and delete for nodes that left.
+
+    ``node_image`` runs the agent and the device plugin (default: this project's node image).
+    """
+    node_image = node_image or images.default_node_image()
     selector = rmd_selector(cfg)
     selected = sorted((n for n in nodes if selects(selector, n.labels)), key=lambda n: n.name)
     wanted = {node_state_name(n.name): n for n in selected}
@@ -242,9 +251,9 @@ def plan_config(
         if name not in node_states
     )
     deletes = tuple(sorted(s for s in node_states if s not in wanted))
-    daemonsets = [rmd_daemonset(cfg, owner, namespace)]
+    daemonsets = [rmd_daemonset(cfg, owner, namespace, node_image)]
     if cfg.deploy_node_agent:
-        daemonsets.append(agent_daemonset(cfg, owner, namespace))
+        daemonsets.append(agent_daemonset(cfg, owner, namespace, node_image))
     return ConfigPlan(
         tuple(daemonsets),
         not cfg.deploy_node_agent,
