@@ -15,7 +15,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -96,6 +97,31 @@ def device_tree(ways: Ways | None, healthy: bool) -> DeviceTree:
     return {RESOURCE_TYPE: devices} if devices else {}
 
 
+class PollerThread:
+    """Runs the RMD poll loop on a daemon thread with an event loop of its own.
+
+    The framework calls ``scan`` on its scan worker thread, where no event loop runs, so the poller cannot be
+    a task of the caller's loop.
+    """
+
+    def __init__(self, poll: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._task = self._loop.create_task(poll())
+        self._thread = threading.Thread(target=self._run, name="rmd-poller", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        with contextlib.suppress(asyncio.CancelledError):
+            self._loop.run_until_complete(self._task)
+        self._loop.close()
+
+    def cancel(self, timeout_s: float = 5.0) -> None:
+        """Stop polling and wait (bounded) for the thread to close its HTTP session."""
+        self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout_s)
+
+
 @dataclasses.dataclass
 class CacheWaysPlugin:
     """Framework plugin; a background task keeps ``ways`` current from RMD."""
@@ -106,7 +132,7 @@ class CacheWaysPlugin:
     retry_s: float = 2.0
     ways: Ways | None = None
     healthy: bool = False
-    _poller: asyncio.Task[None] | None = None
+    _poller: PollerThread | None = None
 
     @property
     def namespace(self) -> str:
@@ -114,8 +140,7 @@ class CacheWaysPlugin:
 
     def scan(self) -> DeviceTree:
         if self._poller is None:
-            with contextlib.suppress(RuntimeError):  # no running loop: a plain call from a test
-                self._poller = asyncio.get_running_loop().create_task(self._poll())
+            self._poller = PollerThread(self._poll)
         return device_tree(self.ways, self.healthy)
 
     async def refresh(self, rmd: RmdClient) -> None:
