@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from k8stest import node_cli
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import start_control_plane
 from k8stest.devicemanager import DeviceManagerHarness
@@ -88,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         "--device-plugin-dir",
         help="also run the kubelet device manager on this directory, publishing to the first node",
     )
+    node = sub.add_parser("node", help="a control plane plus one real kubelet node (root)")
+    node_cli.add_arguments(node)
     args = ap.parse_args(argv)
+    if args.cmd == "node":
+        return node_cli.run(args)
     return _up(args)
 
 
