@@ -46,7 +46,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from k8stest.binaries import in_ci, repo_root
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, wait_for
-from k8stest.ociimage import PAUSE_IMAGE, busybox_images, write_oci_archive
+from k8stest.ociimage import PAUSE_IMAGE, WORKLOAD_IMAGE, busybox_images, write_oci_archive
 from k8stest.process import ManagedProcess, free_port
 
 NODE_BIN_DIR_ENV = "NODE_TEST_BIN_DIR"
@@ -842,3 +842,56 @@ def ci_policy_reason(reason: str) -> str:
 def write_test_images(bins: NodeBinaries, out: Path) -> Path:
     """The workload and sandbox images (busybox from the node binaries) as one OCI archive."""
     return write_oci_archive(busybox_images(bins.path("busybox").resolve()), out)
+
+
+# ----- pods on the node ----------------------------------------------------------------------
+
+
+def workload_pod(
+    name: str,
+    node_name: str,
+    script: str,
+    *,
+    limits: Mapping[str, str] | None = None,
+    host_paths: Mapping[str, str] | None = None,
+    image: str = WORKLOAD_IMAGE,
+) -> JSON:
+    """A run-once busybox pod that the scheduler must place on ``node_name`` (by label, not by
+    ``nodeName``, so the real scheduler decides). ``host_paths``: container path -> node path."""
+    volumes = [
+        {"name": f"host{i}", "hostPath": {"path": host}} for i, host in enumerate((host_paths or {}).values())
+    ]
+    mounts = [
+        {"name": f"host{i}", "mountPath": path, "readOnly": True} for i, path in enumerate(host_paths or {})
+    ]
+    container: JSON = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", script],
+        "volumeMounts": mounts,
+    }
+    if limits:
+        container["resources"] = {"limits": dict(limits)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+
+
+def pod_log(node: RealNode, namespace: str, name: str, container: str = "main") -> str:
+    """The container's output as the kubelet stored it (CRI log format, prefixes removed)."""
+    lines = []
+    for log in sorted(node.layout.log_dir.glob(f"pods/{namespace}_{name}_*/{container}/*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            parts = line.split(" ", 3)
+            lines.append(parts[3] if len(parts) == 4 else line)
+    return "\n".join(lines)
