@@ -84,6 +84,7 @@ def test_merged_sysfs_prefers_the_simulation_except_host_owned_paths(tmp_path: P
             "class/drm/version": "sim",
             "devices/system/node/node1/cpulist": "4-7",
         },
+        {"bus/pci/devices/0000:10:00.0": "../../../devices/pci0000:10/0000:10:00.0"},
     )
     binds = merge_sysfs(staging, real)
     targets = {Path(b.target).relative_to(staging).as_posix(): Path(b.source) for b in binds}
