@@ -1,0 +1,146 @@
+"""Measure the real node of the test tier: kubelet build, node start/stop, first pod, memory.
+
+Why a script: the figures in docs/node.md must be reproducible on CI's machine size (2 cores,
+24 GiB), and they set what the real-node tier costs a CI run.
+
+Usage (from the repository root, as root, after test/k8s/build.sh and test/node/build.sh):
+    .venv/bin/python bench/bench_real_node.py build              # relink into an empty binary cache
+    .venv/bin/python bench/bench_real_node.py start --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from k8stest.binaries import find_binaries
+from k8stest.controlplane import ControlPlaneConfig, start_control_plane
+from k8stest.kubeclient import KubeClient, wait_for
+from k8stest.node import (
+    NodeConfig,
+    RealNode,
+    find_node_binaries,
+    node_unavailable_reason,
+    start_real_node,
+    workload_pod,
+    write_test_images,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "test" / "node" / "build.sh"
+
+
+def bench_build() -> dict[str, Any]:
+    """build.sh into an empty binary cache (Go's build cache as it is), then a cache hit."""
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="node-bench-") as tmp:
+        env["NODE_BIN_CACHE"] = tmp
+        env["NODE_BUILD_NO_LINK"] = "1"
+        t0 = time.monotonic()
+        subprocess.run([str(BUILD)], env=env, check=True, capture_output=True, text=True)
+        first = time.monotonic() - t0
+        t0 = time.monotonic()
+        subprocess.run([str(BUILD)], env=env, check=True, capture_output=True, text=True)
+        hit = time.monotonic() - t0
+    return {
+        "build_into_empty_bin_cache_s": round(first, 2),
+        "cache_hit_s": round(hit, 3),
+        "note": "Go build cache kept: with the control plane built, only kubelet-only packages compile",
+    }
+
+
+def _rss_kib(node: RealNode) -> int:
+    """VmRSS of every process below the node's cgroup (kubelet, containerd, shims, containers)."""
+    total = 0
+    pids_root = Path("/sys/fs/cgroup/pids") / node.layout.cgroup.lstrip("/")
+    for directory, _, _ in os.walk(pids_root):
+        for pid in (Path(directory) / "cgroup.procs").read_text().split():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                continue
+    return total
+
+
+def _first_pod_seconds(client: KubeClient, node: RealNode, name: str) -> float:
+    t0 = time.monotonic()
+    client.create("/api/v1/namespaces/default/pods", workload_pod(name, node.name, "true"))
+
+    def succeeded() -> bool:
+        pod = client.get(f"/api/v1/namespaces/default/pods/{name}")
+        return bool(pod.get("status", {}).get("phase") == "Succeeded")
+
+    wait_for(f"pod {name} Succeeded", succeeded, timeout=120)
+    elapsed = time.monotonic() - t0
+    client.delete(f"/api/v1/namespaces/default/pods/{name}")
+    return elapsed
+
+
+def bench_start(runs: int) -> dict[str, Any]:
+    bins, reason = find_binaries()
+    node_bins, node_reason = find_node_binaries()
+    problem = reason or node_reason or node_unavailable_reason()
+    if bins is None or node_bins is None or problem:
+        raise SystemExit(problem)
+    starts, pods, stops, rss = [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="node-bench-") as tmp:
+        work = Path(tmp)
+        archive = write_test_images(node_bins, work / "images.tar")
+        cp = start_control_plane(bins, work / "cp", ControlPlaneConfig(with_kwok=False))
+        client = cp.client()
+        try:
+            for run in range(runs):
+                node = start_real_node(
+                    node_bins,
+                    cp,
+                    work / f"node-{run}",
+                    NodeConfig(name=f"bench-node-{run}"),
+                    images=[archive],
+                )
+                try:
+                    starts.append(node.started_in)
+                    pods.append(_first_pod_seconds(client, node, f"bench-{run}"))
+                    rss.append(_rss_kib(node))
+                finally:
+                    t0 = time.monotonic()
+                    node.stop()
+                    stops.append(time.monotonic() - t0)
+                client.delete(f"/api/v1/nodes/{node.name}")
+        finally:
+            client.close()
+            cp.stop()
+    return {
+        "runs": runs,
+        "control_plane_start_s (reference, same run)": round(cp.started_in, 2),
+        "node_start_to_ready_s": [round(s, 2) for s in starts],
+        "node_start_median_s": round(statistics.median(starts), 2),
+        "first_pod_created_to_succeeded_s": [round(s, 2) for s in pods],
+        "node_stop_s": [round(s, 2) for s in stops],
+        "node_rss_mib_after_first_pod": [round(r / 1024) for r in rss],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build")
+    start = sub.add_parser("start")
+    start.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args(argv)
+    result = bench_build() if args.cmd == "build" else bench_start(args.runs)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
