@@ -32,6 +32,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from k8stest.binaries import in_ci, repo_root
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, wait_for
-from k8stest.ociimage import PAUSE_IMAGE, WORKLOAD_IMAGE, busybox_images, write_oci_archive
+from k8stest.ociimage import (
+    PAUSE_IMAGE,
+    WORKLOAD_IMAGE,
+    busybox_images,
+    localize_archive,
+    localized_index,
+    write_oci_archive,
+)
 from k8stest.process import ManagedProcess, free_port
 
 NODE_BIN_DIR_ENV = "NODE_TEST_BIN_DIR"
@@ -160,8 +168,8 @@ class NodeConfig:
     # want it short; upstream's 10 s default would dominate their timings.
     node_status_update_frequency: str = "1s"
     labels: Mapping[str, str] = field(default_factory=dict)
-    # The OCI runtime containerd calls ("" = runc from PATH); a wrapper adding --debug helps when
-    # a container fails to start.
+    # The runc the node's runtime wrapper calls ("" = the node binaries' runc); a wrapper adding
+    # --debug helps when a container fails to start.
     runtime_binary: str = ""
 
 
@@ -305,7 +313,7 @@ def containerd_configuration(
         '  runtime_type = "io.containerd.runc.v2"',
         f"[{cri}.containerd.runtimes.runc.options]",
         "  SystemdCgroup = false",
-        *([f'  BinaryName = "{config.runtime_binary}"'] if config.runtime_binary else []),
+        f'  BinaryName = "{layout.workdir / "runtime"}"',
         f"[{cri}.cni]",
         f'  bin_dir = "{cni_bin_dir}"',
         f'  conf_dir = "{layout.workdir / "cni"}"',
@@ -599,14 +607,18 @@ class RealNode:
         return done.stdout
 
     def import_images(self, archive: Path) -> list[str]:
-        """``ctr images import`` an OCI archive (unpacked for the CRI's snapshotter)."""
+        """``ctr images import`` an OCI archive (unpacked for the CRI's snapshotter); returns the
+        new image names. Unqualified names are imported as ``localhost/<name>``
+        (:func:`k8stest.ociimage.qualified_reference` says why)."""
+        with tarfile.open(archive) as tar:
+            index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        if localized_index(index) != index:
+            archive = localize_archive(archive, self.workdir / "images" / archive.name)
         before = set(self.image_names())
-        self.ctr(
-            "images", "import", "--no-unpack=false", f"--snapshotter={self._snapshotter()}", str(archive)
-        )
-        new = sorted(set(self.image_names()) - before)
-        self.imported.extend(new)
-        return new
+        self.ctr("images", "import", f"--snapshotter={self._snapshotter()}", str(archive))
+        names = sorted(n for n in set(self.image_names()) - before if not n.startswith("sha256:"))
+        self.imported.extend(names)
+        return names
 
     def _snapshotter(self) -> str:
         text = (self.workdir / "containerd.toml").read_text()
@@ -635,6 +647,18 @@ class RealNode:
         left = kill_and_remove_cgroups(self.layout.cgroup, self.hierarchies)
         if left:
             raise RuntimeError(f"node {self.name}: cgroups still busy after stop: {', '.join(left[:5])}")
+
+
+def _write_runtime_wrapper(path: Path, runc: str) -> None:
+    """containerd's OCI runtime: :mod:`k8stest.node_runtime` for ``create``, runc for the rest."""
+    package_root = Path(__file__).resolve().parent.parent
+    path.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" create "*) exec env PYTHONPATH="{package_root}"'
+        f' "{sys.executable}" -m k8stest.node_runtime "{runc}" "$@";; esac\n'
+        f'exec "{runc}" "$@"\n'
+    )
+    path.chmod(0o755)
 
 
 def _node_ready(node: JSON) -> bool:
@@ -708,6 +732,7 @@ def start_real_node(
     )
     (workdir / "cni" / "10-k8stest.conflist").write_text(json.dumps(cni_configuration(cfg), indent=1))
     (workdir / "resolv.conf").write_text("options ndots:1\n")
+    _write_runtime_wrapper(workdir / "runtime", cfg.runtime_binary or str(bins.path("runc").resolve()))
     for name, value in KUBELET_SYSCTLS.items():
         (layout.sysctl_dir / name.replace("/", ".")).write_text(value + "\n")
 

@@ -167,3 +167,45 @@ def busybox_images(busybox: Path) -> tuple[ImageSpec, ImageSpec]:
     # containerd stops a sandbox with SIGKILL, so a plain sleep is a sufficient pause process.
     pause = ImageSpec(PAUSE_IMAGE, ("/bin/sleep", "2147483647"), files, links)
     return workload, pause
+
+
+def qualified_reference(name: str) -> str:
+    """``name`` qualified with ``localhost/`` unless its first component already names a host.
+
+    Why: the CRI normalizes every unqualified reference (``project/image:tag``) to a public
+    registry, so an image imported under an unqualified name never matches a pod's image.
+    """
+    first = name.split("/", 1)[0]
+    if "/" in name and ("." in first or ":" in first or first == "localhost"):
+        return name
+    return f"localhost/{name}"
+
+
+def localized_index(index: Mapping[str, Any]) -> dict[str, Any]:
+    """``index.json`` with every image name qualified (:func:`qualified_reference`); pure."""
+    manifests = []
+    for manifest in index.get("manifests", []):
+        annotations = dict(manifest.get("annotations", {}))
+        name = annotations.get("io.containerd.image.name") or annotations.get(
+            "org.opencontainers.image.ref.name"
+        )
+        if name and ("/" in name or ":" in name):
+            annotations["io.containerd.image.name"] = qualified_reference(name)
+            annotations["org.opencontainers.image.ref.name"] = qualified_reference(name)
+        manifests.append({**manifest, "annotations": annotations})
+    return {**index, "manifests": manifests}
+
+
+def localize_archive(source: Path, out: Path) -> Path:
+    """A copy of the OCI archive ``source`` whose image names are qualified for import."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(source) as src, tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as dst:
+        for member in src:
+            data = src.extractfile(member) if member.isfile() else None
+            if member.name.lstrip("./") == "index.json" and data is not None:
+                text = _json(localized_index(json.loads(data.read())))
+                member.size = len(text)
+                dst.addfile(member, io.BytesIO(text))
+            else:
+                dst.addfile(member, data)
+    return out

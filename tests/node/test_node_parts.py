@@ -20,7 +20,15 @@ from k8stest.node import (
     merge_sysfs,
     workload_pod,
 )
-from k8stest.ociimage import PAUSE_IMAGE, WORKLOAD_IMAGE, busybox_images, write_oci_archive
+from k8stest.node_runtime import bundle_dir, with_node_sysfs
+from k8stest.ociimage import (
+    PAUSE_IMAGE,
+    WORKLOAD_IMAGE,
+    busybox_images,
+    localized_index,
+    qualified_reference,
+    write_oci_archive,
+)
 
 
 def _archive(tmp_path: Path, name: str) -> Path:
@@ -120,6 +128,7 @@ def test_containerd_clamps_oom_scores_only_without_cap_sys_resource(tmp_path: Pa
     clamped = containerd_configuration(NodeConfig(), layout, can_lower_oom_score=False, **kwargs)  # type: ignore[arg-type]
     assert "restrict_oom_score_adj = true" in clamped
     assert f'address = "{tmp_path / "containerd.sock"}"' in clamped
+    assert f'BinaryName = "{tmp_path / "runtime"}"' in clamped
 
 
 def test_cgroup_mounts_lists_only_cgroup_hierarchies() -> None:
@@ -156,3 +165,42 @@ def test_workload_pod_leaves_placement_to_the_scheduler() -> None:
     assert container["resources"]["limits"] == {"example.com/x": "1"}
     assert spec["volumes"][0]["hostPath"]["path"] == "/dev"
     assert container["volumeMounts"][0]["mountPath"] == "/h"
+
+
+def test_runtime_wrapper_gives_containers_the_nodes_sysfs() -> None:
+    spec = {
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {
+                "destination": "/sys",
+                "type": "sysfs",
+                "source": "sysfs",
+                "options": ["nosuid", "noexec", "nodev", "ro"],
+            },
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
+        ]
+    }
+    mounts = with_node_sysfs(spec)["mounts"]
+    assert mounts[0] == spec["mounts"][0] and mounts[2] == spec["mounts"][2]
+    assert mounts[1] == {
+        "destination": "/sys",
+        "type": "bind",
+        "source": "/sys",
+        "options": ["rbind", "nosuid", "noexec", "nodev", "ro"],
+    }
+    assert bundle_dir(["--root", "/r", "create", "--bundle", "/b", "id"]) == Path("/b")
+    assert bundle_dir(["create", "--bundle=/c", "id"]) == Path("/c")
+
+
+def test_unqualified_image_names_are_imported_under_localhost() -> None:
+    assert qualified_reference("project/image:1") == "localhost/project/image:1"
+    assert qualified_reference("localhost/k8stest/busybox:1") == "localhost/k8stest/busybox:1"
+    assert qualified_reference("registry.example:5000/p/i:1") == "registry.example:5000/p/i:1"
+    index = {
+        "manifests": [{"digest": "sha256:x", "annotations": {"org.opencontainers.image.ref.name": "p/i:1"}}]
+    }
+    (manifest,) = localized_index(index)["manifests"]
+    assert manifest["annotations"]["io.containerd.image.name"] == "localhost/p/i:1"
+    assert manifest["digest"] == "sha256:x"
+    tag_only = {"manifests": [{"annotations": {"org.opencontainers.image.ref.name": "latest"}}]}
+    assert localized_index(tag_only) == tag_only

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from k8stest.binaries import Binaries
 from k8stest.controlplane import ControlPlane
 from k8stest.fakeplugin import AllocationSpec, FakeDevicePlugin, devices
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
@@ -90,17 +92,19 @@ def test_node_registers_ready_with_its_identity(real_node: RealNode, client: Kub
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
     assert node["status"]["capacity"]["pods"] == "30"
-    # The kubelet's certificate names it system:node:<name>, so the Node authorizer let it
-    # create its own lease.
-    lease = wait_for(
-        "the node's lease",
-        lambda: client.get(
-            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{real_node.name}"
-        ),
-        timeout=30,
-    )
-    assert lease["spec"]["holderIdentity"] == real_node.name
     assert real_node.started_in > 0
+
+
+def test_kubelet_has_a_node_identity_and_no_more(real_node: RealNode, k8s_binaries: Binaries) -> None:
+    """The kubelet's certificate makes it system:node:<name>: it may read its Node, not Secrets."""
+    kubectl = [str(k8s_binaries.path("kubectl")), f"--kubeconfig={real_node.workdir / 'kubelet.kubeconfig'}"]
+    own = subprocess.run(
+        [*kubectl, "get", "node", real_node.name, "-o", "name"], capture_output=True, text=True
+    )
+    assert own.returncode == 0, own.stderr
+    secrets = subprocess.run([*kubectl, "get", "secrets", "-A"], capture_output=True, text=True)
+    assert secrets.returncode != 0
+    assert f'User "system:node:{real_node.name}" cannot list resource "secrets"' in secrets.stderr
 
 
 def test_pod_is_scheduled_started_and_succeeds(
