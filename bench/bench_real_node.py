@@ -6,6 +6,7 @@ Why a script: the figures in docs/node.md must be reproducible on CI's machine s
 Usage (from the repository root, as root, after test/k8s/build.sh and test/node/build.sh):
     .venv/bin/python bench/bench_real_node.py build              # relink into an empty binary cache
     .venv/bin/python bench/bench_real_node.py start --runs 3
+    .venv/bin/python bench/bench_real_node.py gpu --runs 10     # needs `make images`
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.sim.node import build_node, parse_node_spec
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import ControlPlaneConfig, start_control_plane
 from k8stest.kubeclient import KubeClient, wait_for
@@ -33,6 +36,8 @@ from k8stest.node import (
     workload_pod,
     write_test_images,
 )
+from k8stest.node_fixtures import NODE_PROFILE
+from k8stest.node_plugins import PLUGIN_NAMESPACE, node_image_archive, sample_daemonset
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "test" / "node" / "build.sh"
@@ -130,14 +135,105 @@ def bench_start(runs: int) -> dict[str, Any]:
     }
 
 
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def bench_gpu(runs: int) -> dict[str, Any]:
+    """GPU plugin DaemonSet (the operator's output for the sample, our node image already imported)
+    created → allocatable on the node; then a one-GPU pod created → Succeeded. ``runs`` times on one
+    node; between runs the DaemonSet is deleted and allocatable falls to 0."""
+    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
+    bins, reason = find_binaries()
+    node_bins, node_reason = find_node_binaries()
+    archive = node_image_archive()
+    problem = reason or node_reason or node_unavailable_reason() or ("" if archive else "run `make images`")
+    if bins is None or node_bins is None or archive is None or problem:
+        raise SystemExit(problem)
+    to_allocatable, to_pod = [], []
+    with tempfile.TemporaryDirectory(prefix="node-bench-") as tmp:
+        work = Path(tmp)
+        build_node(parse_node_spec(NODE_PROFILE, "NODE_PROFILE"), work / "sim")
+        busybox = write_test_images(node_bins, work / "images.tar")
+        cp = start_control_plane(bins, work / "cp", ControlPlaneConfig(with_kwok=False))
+        client = cp.client()
+        node = None
+        try:
+            node = start_real_node(
+                node_bins, cp, work / "node", NodeConfig(), sim_root=work / "sim", images=[busybox, archive]
+            )
+            image = next(n for n in node.image_names() if "intel-device-plugins-node" in n)
+            spec, ds = sample_daemonset(DeviceKind("gpu"), image)
+            node_path = f"/api/v1/nodes/{node.name}"
+            client.merge_patch(node_path, {"metadata": {"labels": dict(spec["nodeSelector"])}})
+            client.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}},
+            )
+            ds_path = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets"
+            expected = str(i915_cards * int(spec["sharedDevNum"]))
+
+            def allocatable(value: str) -> bool:
+                return bool(client.get(node_path)["status"]["allocatable"].get(i915, "0") == value)
+
+            for run in range(runs):
+                t0 = time.monotonic()
+                client.create(ds_path, ds)
+                wait_for(f"{i915}={expected}", lambda: allocatable(expected), timeout=120, interval=0.05)
+                to_allocatable.append(time.monotonic() - t0)
+                pod = workload_pod(f"gpu-{run}", node.name, "test -c /dev/dri/card*", limits={i915: "1"})
+                t0 = time.monotonic()
+                client.create("/api/v1/namespaces/default/pods", pod)
+
+                def succeeded(name: str = f"gpu-{run}") -> bool:
+                    phase = (
+                        client.get(f"/api/v1/namespaces/default/pods/{name}").get("status", {}).get("phase")
+                    )
+                    if phase == "Failed":
+                        raise SystemExit(f"pod {name} failed")
+                    return bool(phase == "Succeeded")
+
+                wait_for("GPU pod Succeeded", succeeded, timeout=120, interval=0.05)
+                to_pod.append(time.monotonic() - t0)
+                client.delete(f"/api/v1/namespaces/default/pods/gpu-{run}")
+                client.delete(f"{ds_path}/{ds['metadata']['name']}")
+                wait_for(f"{i915}=0", lambda: allocatable("0"), timeout=120)
+        finally:
+            client.close()
+            if node is not None:
+                node.stop()
+            cp.stop()
+    return {
+        "runs": runs,
+        "daemonset_created_to_allocatable_s": {
+            "p50": round(statistics.median(to_allocatable), 2),
+            "p95": round(_percentile(to_allocatable, 0.95), 2),
+            "all": [round(v, 2) for v in to_allocatable],
+        },
+        "gpu_pod_created_to_succeeded_s": {
+            "p50": round(statistics.median(to_pod), 2),
+            "p95": round(_percentile(to_pod, 0.95), 2),
+        },
+        "reference": "first busybox pod created -> Succeeded without devices: see `start`",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("build")
     start = sub.add_parser("start")
     start.add_argument("--runs", type=int, default=3)
+    gpu = sub.add_parser("gpu")
+    gpu.add_argument("--runs", type=int, default=10)
     args = ap.parse_args(argv)
-    result = bench_build() if args.cmd == "build" else bench_start(args.runs)
+    if args.cmd == "build":
+        result = bench_build()
+    elif args.cmd == "start":
+        result = bench_start(args.runs)
+    else:
+        result = bench_gpu(args.runs)
     print(json.dumps(result, indent=2))
     return 0
 

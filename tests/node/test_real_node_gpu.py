@@ -8,43 +8,30 @@ without it the test fails under CI=true and skips elsewhere.
 
 from __future__ import annotations
 
-import glob
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.kinds import DeviceKind
-from intel_device_plugins.operator.model import parse_spec
-from k8stest.binaries import in_ci, repo_root
+from k8stest.binaries import in_ci
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log, workload_pod
+from k8stest.node_plugins import PLUGIN_NAMESPACE as NAMESPACE
+from k8stest.node_plugins import node_image_archive, sample_daemonset
 from k8stest.ociimage import qualified_reference
 
 pytestmark = pytest.mark.k8s
 
-NAMESPACE = "inteldeviceplugins-system"
 I915 = "gpu.intel.com/i915"
 I915_CARDS = 2  # k8stest.node_fixtures.NODE_PROFILE
-SAMPLE = Path("deploy/operator/samples/deviceplugin_v1_gpudeviceplugin.yaml")
-NODE_IMAGE_REF = "org.opencontainers.image.ref.name"
-
-
-def _node_image_archive() -> Path | None:
-    cache = os.environ.get("IMAGES_CACHE") or os.path.expanduser("~/.cache/intel-device-plugins/images")
-    archives = sorted(glob.glob(f"{cache}/node-*.oci.tar"), key=os.path.getmtime)
-    return Path(archives[-1]) if archives else None
 
 
 @pytest.fixture(scope="module")
 def node_image(real_node: RealNode) -> str:
     """The project's node image, imported into the real node; its qualified name."""
-    archive = _node_image_archive()
+    archive = node_image_archive()
     if archive is None:
         reason = "no node image archive (node-*.oci.tar): run `make images`"
         if in_ci():
@@ -64,24 +51,11 @@ def client(k8s_control_plane: ControlPlane) -> Iterator[KubeClient]:
         c.close()
 
 
-def sample_daemonset(image: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(sample CR spec, the operator's DaemonSet for it with our image); the owner reference is
-    dropped because no CR object exists (the garbage collector would delete the DaemonSet)."""
-    root = repo_root()
-    assert root is not None
-    sample = yaml.safe_load((root / SAMPLE).read_text())
-    spec = {**sample["spec"], "image": image}
-    kind = DeviceKind("gpu")
-    ds = desired_daemonset(parse_spec(kind, spec), Owner(kind, sample["metadata"]["name"], "uid"), NAMESPACE)
-    del ds["metadata"]["ownerReferences"]
-    return spec, ds
-
-
 def test_gpu_plugin_image_serves_the_simulated_cards_to_a_pod(
     real_node: RealNode, node_image: str, client: KubeClient
 ) -> None:
     assert node_image == qualified_reference(node_image)
-    spec, ds = sample_daemonset(node_image)
+    spec, ds = sample_daemonset(DeviceKind("gpu"), node_image)
     node_path = f"/api/v1/nodes/{real_node.name}"
     selector = dict(spec["nodeSelector"])
     client.merge_patch(node_path, {"metadata": {"labels": selector}})
