@@ -101,6 +101,15 @@ DEV_SYMLINKS: Mapping[str, str] = {
 HOST_DEV_MOUNTS = ("pts", "shm", "mqueue")
 
 
+# The taint a real node registers with (NodeConfig.taints) and the toleration its pods carry.
+REAL_NODE_TAINT: Mapping[str, str] = {"key": "k8stest.io/real-node", "effect": "NoSchedule"}
+REAL_NODE_TOLERATION: Mapping[str, str] = {
+    "key": "k8stest.io/real-node",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+
 # ----- binaries ------------------------------------------------------------------------------
 
 
@@ -171,6 +180,9 @@ class NodeConfig:
     # The runc the node's runtime wrapper calls ("" = the node binaries' runc); a wrapper adding
     # --debug helps when a container fails to start.
     runtime_binary: str = ""
+    # Registered with the node: keeps pods of other test modules sharing the control plane (kwok
+    # DaemonSets select every amd64 node) off it. Pods meant for it tolerate REAL_NODE_TAINT.
+    taints: tuple[Mapping[str, str], ...] = (REAL_NODE_TAINT,)
 
 
 @dataclass(frozen=True)
@@ -265,6 +277,7 @@ def kubelet_configuration(
         "rotateCertificates": False,
         "serverTLSBootstrap": False,
         "registerNode": True,
+        "registerWithTaints": [dict(t) for t in config.taints],
     }
 
 
@@ -665,7 +678,9 @@ def _node_ready(node: JSON) -> bool:
     conditions = node.get("status", {}).get("conditions", [])
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     blocking = [
-        t for t in node.get("spec", {}).get("taints", []) if t.get("effect") in ("NoSchedule", "NoExecute")
+        t
+        for t in node.get("spec", {}).get("taints", [])
+        if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") != REAL_NODE_TAINT["key"]
     ]
     return ready and not blocking
 
@@ -905,6 +920,7 @@ def workload_pod(
         "spec": {
             "restartPolicy": "Never",
             "nodeSelector": {"kubernetes.io/hostname": node_name},
+            "tolerations": [dict(REAL_NODE_TOLERATION)],
             "terminationGracePeriodSeconds": 1,
             "containers": [container],
             "volumes": volumes,

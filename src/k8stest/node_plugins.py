@@ -20,6 +20,7 @@ from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 from k8stest.binaries import repo_root
+from k8stest.node import REAL_NODE_TOLERATION
 
 IMAGES_CACHE_ENV = "IMAGES_CACHE"
 PLUGIN_NAMESPACE = "inteldeviceplugins-system"
@@ -38,6 +39,9 @@ def sample_daemonset(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the sample CR's spec with ``image``, the operator's DaemonSet for it).
 
+    The spec also tolerates the real node's taint (``tolerations`` is a CR field, so the
+    DaemonSet stays what the operator writes for such a CR).
+
     The owner reference is dropped: no CR object exists, and the garbage collector would delete a
     DaemonSet whose owner is missing.
     """
@@ -45,7 +49,7 @@ def sample_daemonset(
     if root is None:
         raise FileNotFoundError("the repository's deploy/ directory (k8stest runs from a checkout)")
     sample = yaml.safe_load((root / SAMPLES / f"deviceplugin_v1_{kind.value}deviceplugin.yaml").read_text())
-    spec = {**sample["spec"], "image": image}
+    spec = {**sample["spec"], "image": image, "tolerations": [dict(REAL_NODE_TOLERATION)]}
     ds = desired_daemonset(parse_spec(kind, spec), Owner(kind, sample["metadata"]["name"], "uid"), namespace)
     del ds["metadata"]["ownerReferences"]
     return spec, ds

@@ -153,6 +153,7 @@ def test_kubelet_configuration_keeps_the_node_to_itself(tmp_path: Path) -> None:
     assert doc["readOnlyPort"] == 0
     assert doc["makeIPTablesUtilChains"] is False
     assert doc["authentication"]["anonymous"]["enabled"] is False
+    assert doc["registerWithTaints"] == [{"key": "k8stest.io/real-node", "effect": "NoSchedule"}]
 
 
 def test_workload_pod_leaves_placement_to_the_scheduler() -> None:
@@ -160,6 +161,9 @@ def test_workload_pod_leaves_placement_to_the_scheduler() -> None:
     spec = pod["spec"]
     assert "nodeName" not in spec
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": "node-a"}
+    assert spec["tolerations"] == [
+        {"key": "k8stest.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     container = spec["containers"][0]
     assert container["imagePullPolicy"] == "Never"
     assert container["resources"]["limits"] == {"example.com/x": "1"}

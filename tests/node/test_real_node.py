@@ -92,6 +92,8 @@ def test_node_registers_ready_with_its_identity(real_node: RealNode, client: Kub
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
     assert node["status"]["capacity"]["pods"] == "30"
+    # Tainted, so pods of other tests sharing the control plane (DaemonSets for kwok nodes) stay off.
+    assert {"key": "k8stest.io/real-node", "effect": "NoSchedule"} in node["spec"]["taints"]
     assert real_node.started_in > 0
 
 
