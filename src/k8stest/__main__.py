@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from k8stest import node_cli
@@ -60,17 +58,7 @@ def _up(args: argparse.Namespace) -> int:
         print(f"{bins.path('kubectl')} get nodes")
         print("Ctrl-C stops everything.")
         sys.stdout.flush()
-        stop = False
-
-        def on_signal(signum: int, frame: object) -> None:
-            nonlocal stop
-            stop = True
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-        while not stop:
-            cp.check_alive()
-            time.sleep(0.5)
+        node_cli.run_until_signalled(cp.check_alive)
     finally:
         if harness is not None:
             harness.stop()

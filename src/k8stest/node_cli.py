@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from intel_device_plugins.sim.node import build_node, load_node_spec
@@ -24,6 +25,23 @@ from k8stest.node import (
     write_test_images,
 )
 from k8stest.ociimage import WORKLOAD_IMAGE
+
+
+def run_until_signalled(*checks: Callable[[], None]) -> None:
+    """Return on SIGINT or SIGTERM; every half second call ``checks`` (which raise when a
+    component died, ending the wait with its error)."""
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not stop:
+        for check in checks:
+            check()
+        time.sleep(0.5)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,18 +83,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{bins.path('kubectl')} get nodes -o wide")
             print("Ctrl-C stops everything.")
             sys.stdout.flush()
-            stop = False
-
-            def on_signal(signum: int, frame: object) -> None:
-                nonlocal stop
-                stop = True
-
-            signal.signal(signal.SIGINT, on_signal)
-            signal.signal(signal.SIGTERM, on_signal)
-            while not stop:
-                cp.check_alive()
-                node.check_alive()
-                time.sleep(0.5)
+            run_until_signalled(cp.check_alive, node.check_alive)
         finally:
             node.stop()
     finally:

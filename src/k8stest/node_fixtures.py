@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.sim.node import build_node, parse_node_spec
-from k8stest.binaries import in_ci
 from k8stest.controlplane import ControlPlane
 from k8stest.node import (
     NodeBinaries,
@@ -26,6 +25,7 @@ from k8stest.node import (
     start_real_node,
     write_test_images,
 )
+from k8stest.pytest_plugin import _unavailable
 
 __all__ = ["NODE_PROFILE", "node_binaries", "node_images", "node_sim_root", "real_node"]
 
@@ -41,12 +41,6 @@ mei = true
 driver = "xe"
 count = 1
 """
-
-
-def _unavailable(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

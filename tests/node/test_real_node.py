@@ -36,15 +36,6 @@ PODS = "/api/v1/namespaces/default/pods"
 
 
 @pytest.fixture
-def client(k8s_control_plane: ControlPlane) -> Iterator[KubeClient]:
-    c = k8s_control_plane.client()
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture
 def pods(client: KubeClient) -> Iterator[list[str]]:
     """Names of pods a test created; deleted (and waited for) afterwards."""
     created: list[str] = []

@@ -8,19 +8,17 @@ without it the test fails under CI=true and skips elsewhere.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from intel_device_plugins.operator.kinds import DeviceKind
-from k8stest.binaries import in_ci
-from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log, workload_pod
 from k8stest.node_plugins import PLUGIN_NAMESPACE as NAMESPACE
 from k8stest.node_plugins import node_image_archive, sample_daemonset
 from k8stest.ociimage import qualified_reference
+from k8stest.pytest_plugin import _unavailable
 
 pytestmark = pytest.mark.k8s
 
@@ -33,22 +31,11 @@ def node_image(real_node: RealNode) -> str:
     """The project's node image, imported into the real node; its qualified name."""
     archive = node_image_archive()
     if archive is None:
-        reason = "no node image archive (node-*.oci.tar): run `make images`"
-        if in_ci():
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason)
+        _unavailable("no node image archive (node-*.oci.tar): run `make images`")
+    assert archive is not None
     names = real_node.import_images(archive)
     assert len(names) == 1, names
     return names[0]
-
-
-@pytest.fixture
-def client(k8s_control_plane: ControlPlane) -> Iterator[KubeClient]:
-    c = k8s_control_plane.client()
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_gpu_plugin_image_serves_the_simulated_cards_to_a_pod(
