@@ -647,6 +647,25 @@ class RealNode:
     def check_alive(self) -> None:
         self.process.check_alive()
 
+    def kubelet_pid(self) -> int:
+        try:
+            return int((self.workdir / "kubelet.pid").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def restart_kubelet(self, timeout: float = 60.0) -> int:
+        """Stop the kubelet (SIGTERM) and start it again with the same flags; containerd and the
+        containers keep running. Returns the new kubelet's pid once it runs."""
+        old = self.kubelet_pid()
+        os.kill(self.process.pid, signal.SIGHUP)
+
+        def restarted() -> int | None:
+            self.process.check_alive()
+            pid = self.kubelet_pid()
+            return pid if pid not in (0, old) else None
+
+        return wait_for("the kubelet to restart", restarted, timeout=timeout)
+
     def log_tail(self, component: str, lines: int = 40) -> str:
         try:
             text = (self.layout.logs / f"{component}.log").read_text(errors="replace")

@@ -81,13 +81,21 @@ def run(plan: dict[str, Any]) -> int:
     print("mounts done", flush=True)
 
     stopping = False
+    restart_kubelet = False
 
     def on_term(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
 
+    def on_hup(signum: int, frame: object) -> None:
+        nonlocal restart_kubelet
+        restart_kubelet = True
+
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    # SIGHUP restarts the kubelet (containers and containerd keep running), as a kubelet upgrade
+    # or crash does on a real node.
+    signal.signal(signal.SIGHUP, on_hup)
 
     cd = plan["containerd"]
     env = dict(os.environ)
@@ -112,8 +120,13 @@ def run(plan: dict[str, Any]) -> int:
             if socket.exists() and not Path(plan["ready_file"]).exists():
                 Path(plan["ready_file"]).touch()
                 print("containerd serving", flush=True)
+            if restart_kubelet and kubelet is not None:
+                _stop(kubelet, 10)
+                kubelet, restart_kubelet = None, False
+                print("kubelet stopped for a restart", flush=True)
             if kubelet is None and go_file.exists():
                 kubelet = _start(plan["kubelet"]["argv"], plan["kubelet"]["log"], env)
+                Path(plan["ready_file"]).with_name("kubelet.pid").write_text(f"{kubelet.pid}\n")
                 print(f"kubelet started (pid {kubelet.pid})", flush=True)
             time.sleep(0.1)
         return 0
