@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +141,15 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def bench_gpu(runs: int) -> dict[str, Any]:
+def _more_than(count: Callable[[], int], before: int) -> Callable[[], bool]:
+    return lambda: count() > before
+
+
+def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
     """GPU plugin DaemonSet (the operator's output for the sample, our node image already imported)
     created → allocatable on the node; then a one-GPU pod created → Succeeded. ``runs`` times on one
-    node; between runs the DaemonSet is deleted and allocatable falls to 0."""
+    node; between runs the DaemonSet is deleted and allocatable falls to 0. Then ``restarts``
+    kubelet restarts with the plugin running: restart → the plugin's registration → allocatable."""
     i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
     bins, reason = find_binaries()
     node_bins, node_reason = find_node_binaries()
@@ -151,7 +157,10 @@ def bench_gpu(runs: int) -> dict[str, Any]:
     problem = reason or node_reason or node_unavailable_reason() or ("" if archive else "run `make images`")
     if bins is None or node_bins is None or archive is None or problem:
         raise SystemExit(problem)
-    to_allocatable, to_pod = [], []
+    to_allocatable: list[float] = []
+    to_pod: list[float] = []
+    restart_total: list[float] = []
+    restart_from_start: list[float] = []
     with tempfile.TemporaryDirectory(prefix="node-bench-") as tmp:
         work = Path(tmp)
         build_node(parse_node_spec(NODE_PROFILE, "NODE_PROFILE"), work / "sim")
@@ -199,6 +208,26 @@ def bench_gpu(runs: int) -> dict[str, Any]:
                 client.delete(f"/api/v1/namespaces/default/pods/gpu-{run}")
                 client.delete(f"{ds_path}/{ds['metadata']['name']}")
                 wait_for(f"{i915}=0", lambda: allocatable("0"), timeout=120)
+
+            client.create(ds_path, ds)
+            wait_for(f"{i915}={expected}", lambda: allocatable(expected), timeout=120)
+            registration = (
+                f'"Got registration request from device plugin with resource" resourceName="{i915}"'
+            )
+
+            def registrations() -> int:
+                assert node is not None
+                return (node.layout.logs / "kubelet.log").read_text(errors="replace").count(registration)
+
+            for _ in range(restarts):
+                before = registrations()
+                t0 = time.monotonic()
+                node.restart_kubelet()
+                t_started = time.monotonic()
+                wait_for("re-registration", _more_than(registrations, before), timeout=60, interval=0.05)
+                wait_for(f"{i915}={expected}", lambda: allocatable(expected), timeout=60, interval=0.05)
+                restart_total.append(time.monotonic() - t0)
+                restart_from_start.append(time.monotonic() - t_started)
         finally:
             client.close()
             if node is not None:
@@ -216,6 +245,8 @@ def bench_gpu(runs: int) -> dict[str, Any]:
             "p95": round(_percentile(to_pod, 0.95), 2),
         },
         "reference": "first busybox pod created -> Succeeded without devices: see `start`",
+        "kubelet_restart_to_allocatable_s": [round(v, 2) for v in restart_total],
+        "new_kubelet_process_to_allocatable_s": [round(v, 2) for v in restart_from_start],
     }
 
 
