@@ -644,6 +644,28 @@ class RealNode:
         """A simulated device node at ``/dev/<relative>`` inside the node (hot-plug)."""
         return make_char_device(self.dev_dir / relative, minor)
 
+    def realize_device_nodes(self) -> list[Path]:
+        """Turn plain files under the node's /dev into character devices (major 60, unused minors).
+
+        The simulator's builders (``sim.gpu.add_card`` on a ``FakeTree`` rooted at the work
+        directory) write device nodes as plain files; runc needs real ones. Call after a hot-plug.
+        """
+        minors = {
+            os.minor(p.stat().st_rdev)
+            for p in self.dev_dir.rglob("*")
+            if not p.is_symlink()
+            and stat.S_ISCHR(p.lstat().st_mode)
+            and os.major(p.lstat().st_rdev) == SIM_DEVICE_MAJOR
+        }
+        made = []
+        for path in sorted(self.dev_dir.rglob("*")):
+            if path.is_symlink() or not path.is_file():
+                continue
+            minor = max(minors, default=-1) + 1
+            minors.add(minor)
+            made.append(make_char_device(path, minor))
+        return made
+
     def check_alive(self) -> None:
         self.process.check_alive()
 

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.sim import gpu
+from intel_device_plugins.sim.fakefs import FakeTree
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log, workload_pod
@@ -157,3 +159,32 @@ def test_deleted_plugin_pod_is_recreated_and_capacity_returns(
     wait_for("a new plugin pod from the DaemonSet", replaced, timeout=60)
     wait_for("the new plugin's registration", lambda: gpu_plugin.registrations() > before, timeout=60)
     wait_for(f"{I915} allocatable again", lambda: gpu_plugin.advertised(client), timeout=60)
+
+
+def test_hot_plugged_card_is_advertised_and_an_unplugged_one_withdrawn(
+    gpu_plugin: GpuPlugin, client: KubeClient
+) -> None:
+    """A card appears in the node's /sys and /dev while the plugin runs, then disappears."""
+    node = gpu_plugin.node
+    shared = int(gpu_plugin.expected) // I915_CARDS
+    tree = FakeTree(node.workdir)  # the node's /sys and /dev are <workdir>/sys and <workdir>/dev
+    card = gpu.add_card(tree, driver="i915")
+    plugged = True
+    try:
+        assert node.realize_device_nodes()  # the new card's DRM nodes
+        more = str((I915_CARDS + 1) * shared)
+
+        def allocatable(value: str) -> bool:
+            return bool(client.get(f"/api/v1/nodes/{node.name}")["status"]["allocatable"].get(I915) == value)
+
+        wait_for(f"{I915}={more} after the hot-plug", lambda: allocatable(more), timeout=60)
+        gpu.remove_card(tree, card.index)
+        plugged = False
+        wait_for(
+            f"{I915}={gpu_plugin.expected} after the unplug",
+            lambda: allocatable(gpu_plugin.expected),
+            timeout=60,
+        )
+    finally:
+        if plugged:
+            gpu.remove_card(tree, card.index)
