@@ -844,22 +844,26 @@ def start_real_node(
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")])
     )
-    process = ManagedProcess(
-        "node",
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            sys.executable,
-            "-m",
-            "k8stest.nodeinit",
-            str(plan_file),
-        ],
-        layout.logs / "node.log",
-        env=env,
-    )
+    try:
+        process = ManagedProcess(
+            "node",
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                sys.executable,
+                "-m",
+                "k8stest.nodeinit",
+                str(plan_file),
+            ],
+            layout.logs / "node.log",
+            env=env,
+        )
+    except BaseException:
+        kill_and_remove_cgroups(layout.cgroup, hierarchies)
+        raise
     node = RealNode(cfg.name, layout, bins, process, hierarchies, kubelet_port)
     try:
         ready_file = Path(str(plan["ready_file"]))

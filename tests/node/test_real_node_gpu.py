@@ -185,6 +185,7 @@ def test_hot_plugged_card_is_advertised_and_an_unplugged_one_withdrawn(
             lambda: allocatable(gpu_plugin.expected),
             timeout=60,
         )
+        assert not (node.dev_dir / "dri" / f"card{card.index}").exists()  # the device node went too
     finally:
         if plugged:
             gpu.remove_card(tree, card.index)
