@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.sim import gpu
+from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import ControlPlaneConfig, start_control_plane
@@ -149,7 +151,8 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
     """GPU plugin DaemonSet (the operator's output for the sample, our node image already imported)
     created → allocatable on the node; then a one-GPU pod created → Succeeded. ``runs`` times on one
     node; between runs the DaemonSet is deleted and allocatable falls to 0. Then ``restarts``
-    kubelet restarts with the plugin running: restart → the plugin's registration → allocatable."""
+    kubelet restarts with the plugin running: restart → the plugin's registration → allocatable;
+    and as many hot-plugs and unplugs of a card: files written → allocatable follows."""
     i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
     bins, reason = find_binaries()
     node_bins, node_reason = find_node_binaries()
@@ -161,6 +164,8 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
     to_pod: list[float] = []
     restart_total: list[float] = []
     restart_from_start: list[float] = []
+    hotplug: list[float] = []
+    unplug: list[float] = []
     with tempfile.TemporaryDirectory(prefix="node-bench-") as tmp:
         work = Path(tmp)
         build_node(parse_node_spec(NODE_PROFILE, "NODE_PROFILE"), work / "sim")
@@ -228,6 +233,19 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
                 wait_for(f"{i915}={expected}", lambda: allocatable(expected), timeout=60, interval=0.05)
                 restart_total.append(time.monotonic() - t0)
                 restart_from_start.append(time.monotonic() - t_started)
+
+            tree = FakeTree(node.workdir)
+            plugged = str((i915_cards + 1) * int(spec["sharedDevNum"]))
+            for _ in range(restarts):
+                t0 = time.monotonic()
+                card = gpu.add_card(tree, driver="i915")
+                node.realize_device_nodes()
+                wait_for(f"{i915}={plugged}", lambda: allocatable(plugged), timeout=60, interval=0.05)
+                hotplug.append(time.monotonic() - t0)
+                t0 = time.monotonic()
+                gpu.remove_card(tree, card.index)
+                wait_for(f"{i915}={expected}", lambda: allocatable(expected), timeout=60, interval=0.05)
+                unplug.append(time.monotonic() - t0)
         finally:
             client.close()
             if node is not None:
@@ -247,6 +265,8 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
         "reference": "first busybox pod created -> Succeeded without devices: see `start`",
         "kubelet_restart_to_allocatable_s": [round(v, 2) for v in restart_total],
         "new_kubelet_process_to_allocatable_s": [round(v, 2) for v in restart_from_start],
+        "card_hot_plugged_to_allocatable_s": [round(v, 2) for v in hotplug],
+        "card_unplugged_to_allocatable_s": [round(v, 2) for v in unplug],
     }
 
 
