@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit venv bootstrap bench bench-k8s protos k8s-bins node-bins
+.PHONY: demo test lint unit venv bootstrap bench bench-k8s protos k8s-bins images helm-bin node-bins
 
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -27,12 +27,21 @@ lint: venv
 k8s-bins:
 	test/k8s/build.sh >/dev/null
 
+# This project's container images as OCI archives under ~/.cache/intel-device-plugins/images (buildah and
+# mmdebstrap from Debian's packages, installed when missing; a warm run finds the archives in seconds).
+images: venv
+	$(BIN)/python tools/images/build.py >/dev/null
+
+# helm from Go modules for the chart tests (own module and cache, never test/k8s).
+helm-bin:
+	tools/helm/build.sh >/dev/null
+
 # The real node's kubelet (same release, shares Go's build cache with k8s-bins) plus containerd,
 # runc and CNI plugins from the distribution (installed by the script when run as root).
 node-bins: k8s-bins
 	test/node/build.sh >/dev/null
 
-unit: venv k8s-bins node-bins
+unit: venv k8s-bins images helm-bin node-bins
 	$(BIN)/pytest -q
 
 test: lint unit
