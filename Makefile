@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit venv bootstrap bench bench-k8s protos k8s-bins images helm-bin
+.PHONY: demo test lint unit venv bootstrap bench bench-k8s protos k8s-bins images helm-bin node-bins
 
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -36,7 +36,12 @@ images: venv
 helm-bin:
 	tools/helm/build.sh >/dev/null
 
-unit: venv k8s-bins images helm-bin
+# The real node's kubelet (same release, shares Go's build cache with k8s-bins) plus containerd,
+# runc and CNI plugins from the distribution (installed by the script when run as root).
+node-bins: k8s-bins
+	test/node/build.sh >/dev/null
+
+unit: venv k8s-bins images helm-bin node-bins
 	$(BIN)/pytest -q
 
 test: lint unit

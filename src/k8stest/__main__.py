@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from k8stest import node_cli
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import start_control_plane
 from k8stest.devicemanager import DeviceManagerHarness
@@ -59,17 +58,7 @@ def _up(args: argparse.Namespace) -> int:
         print(f"{bins.path('kubectl')} get nodes")
         print("Ctrl-C stops everything.")
         sys.stdout.flush()
-        stop = False
-
-        def on_signal(signum: int, frame: object) -> None:
-            nonlocal stop
-            stop = True
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-        while not stop:
-            cp.check_alive()
-            time.sleep(0.5)
+        node_cli.run_until_signalled(cp.check_alive)
     finally:
         if harness is not None:
             harness.stop()
@@ -88,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         "--device-plugin-dir",
         help="also run the kubelet device manager on this directory, publishing to the first node",
     )
+    node = sub.add_parser("node", help="a control plane plus one real kubelet node (root)")
+    node_cli.add_arguments(node)
     args = ap.parse_args(argv)
+    if args.cmd == "node":
+        return node_cli.run(args)
     return _up(args)
 
 

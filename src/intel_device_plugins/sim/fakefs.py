@@ -67,8 +67,8 @@ class FakeTree:
 
     def remove(self, absolute: str) -> None:
         target = self.path(absolute)
-        if target.is_symlink() or target.is_file():
-            target.unlink()
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            target.unlink()  # files, links and device nodes (a real node's /dev has char devices)
         elif target.is_dir():
             shutil.rmtree(target)
 

@@ -1,0 +1,92 @@
+"""pytest fixtures for the real-node tier: one kubelet node, shared by a test module's session.
+
+Import them into a folder's ``conftest.py`` (``from k8stest.node_fixtures import *``); they build on
+``k8s_control_plane`` from :mod:`k8stest.pytest_plugin`.
+
+Policy as for the control plane: with ``CI=true`` anything missing (root, the node binaries,
+``unshare``) fails the test; elsewhere the test skips and says how to get it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from intel_device_plugins.sim.node import build_node, parse_node_spec
+from k8stest.controlplane import ControlPlane
+from k8stest.node import (
+    NodeBinaries,
+    NodeConfig,
+    RealNode,
+    find_node_binaries,
+    node_unavailable_reason,
+    start_real_node,
+    write_test_images,
+)
+from k8stest.pytest_plugin import _unavailable
+
+__all__ = ["NODE_PROFILE", "node_binaries", "node_images", "node_sim_root", "real_node"]
+
+# The simulated hardware of the session node: two i915 GPUs (one with a MEI node) and one xe.
+NODE_PROFILE = """
+[node]
+name = "k8stest-node"
+[[gpu]]
+driver = "i915"
+count = 2
+mei = true
+[[gpu]]
+driver = "xe"
+count = 1
+"""
+
+
+@pytest.fixture(scope="session")
+def node_binaries() -> NodeBinaries:
+    """kubelet, containerd, runc, CNI plugins (test/node/build.sh); root and unshare checked too."""
+    reason = node_unavailable_reason()
+    if reason:
+        _unavailable(reason)
+    bins, reason = find_node_binaries()
+    if bins is None:
+        _unavailable(reason)
+    assert bins is not None
+    return bins
+
+
+@pytest.fixture(scope="session")
+def node_images(node_binaries: NodeBinaries, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An OCI archive with the workload (busybox) and sandbox images."""
+    return write_test_images(node_binaries, tmp_path_factory.mktemp("node-images") / "k8stest-busybox.tar")
+
+
+@pytest.fixture(scope="session")
+def node_sim_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("node-sim")
+    build_node(parse_node_spec(NODE_PROFILE, "NODE_PROFILE"), root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def real_node(
+    node_binaries: NodeBinaries,
+    k8s_control_plane: ControlPlane,
+    node_images: Path,
+    node_sim_root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RealNode]:
+    """A Ready kubelet node named ``k8stest-node`` with :data:`NODE_PROFILE`'s devices."""
+    node = start_real_node(
+        node_binaries,
+        k8s_control_plane,
+        tmp_path_factory.mktemp("real-node"),
+        NodeConfig(name="k8stest-node"),
+        sim_root=node_sim_root,
+        images=[node_images],
+    )
+    try:
+        yield node
+    finally:
+        node.stop()

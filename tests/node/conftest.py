@@ -1,0 +1,21 @@
+"""The real-node fixtures (k8stest.node_fixtures) for this folder, and an admin client."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from k8stest.controlplane import ControlPlane
+from k8stest.kubeclient import KubeClient
+from k8stest.node_fixtures import node_binaries, node_images, node_sim_root, real_node
+
+__all__ = ["client", "node_binaries", "node_images", "node_sim_root", "real_node"]
+
+
+@pytest.fixture
+def client(k8s_control_plane: ControlPlane) -> Iterator[KubeClient]:
+    """An admin client for one test."""
+    c = k8s_control_plane.client()
+    try:
+        yield c
+    finally:
+        c.close()

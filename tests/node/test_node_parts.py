@@ -1,0 +1,210 @@
+"""The pure parts of the real node: image archives, the merged /sys, configuration documents."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+from k8stest.node import (
+    CAP_SYS_RESOURCE,
+    NodeConfig,
+    NodeLayout,
+    cgroup_mounts,
+    containerd_configuration,
+    has_capability,
+    kubelet_configuration,
+    merge_sysfs,
+    workload_pod,
+)
+from k8stest.node_runtime import bundle_dir, with_node_sysfs
+from k8stest.ociimage import (
+    PAUSE_IMAGE,
+    WORKLOAD_IMAGE,
+    busybox_images,
+    localized_index,
+    qualified_reference,
+    write_oci_archive,
+)
+
+
+def _archive(tmp_path: Path, name: str) -> Path:
+    busybox = tmp_path / "busybox"
+    busybox.write_bytes(b"\x7fELF not really busybox")
+    return write_oci_archive(busybox_images(busybox), tmp_path / name)
+
+
+def test_oci_archive_is_reproducible_and_content_addressed(tmp_path: Path) -> None:
+    first, second = _archive(tmp_path, "a.tar"), _archive(tmp_path, "b.tar")
+    assert first.read_bytes() == second.read_bytes()
+    with tarfile.open(first) as tar:
+        members = {m.name: tar.extractfile(m) for m in tar.getmembers() if m.isfile()}
+        blobs = {name: f.read() for name, f in members.items() if f is not None}
+    for name, data in blobs.items():
+        if name.startswith("blobs/sha256/"):
+            assert name.rsplit("/", 1)[1] == hashlib.sha256(data).hexdigest()
+    index = json.loads(blobs["index.json"])
+    names = [m["annotations"]["io.containerd.image.name"] for m in index["manifests"]]
+    assert names == [WORKLOAD_IMAGE, PAUSE_IMAGE]
+    # Both images share one layer, stored once.
+    manifests = [json.loads(blobs[f"blobs/sha256/{m['digest'].split(':')[1]}"]) for m in index["manifests"]]
+    assert len({m["layers"][0]["digest"] for m in manifests}) == 1
+    layer = blobs[f"blobs/sha256/{manifests[0]['layers'][0]['digest'].split(':')[1]}"]
+    config = json.loads(blobs[f"blobs/sha256/{manifests[1]['config']['digest'].split(':')[1]}"])
+    raw = gzip.decompress(layer)
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(raw).hexdigest()]
+    assert config["config"]["Cmd"][0] == "/bin/sleep"
+    with tarfile.open(fileobj=io.BytesIO(raw)) as layer_tar:
+        entries = {m.name: m for m in layer_tar.getmembers()}
+    assert entries["bin/busybox"].isfile() and entries["bin/sh"].linkname == "busybox"
+    assert entries["tmp"].mode == 0o1777
+
+
+def _tree(root: Path, files: dict[str, str], links: dict[str, str] | None = None) -> Path:
+    for rel, content in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content)
+    for rel, target in (links or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).symlink_to(target)
+    return root
+
+
+def test_merged_sysfs_prefers_the_simulation_except_host_owned_paths(tmp_path: Path) -> None:
+    real = _tree(
+        tmp_path / "real",
+        {
+            "class/net/lo/mtu": "65536",
+            "class/drm/version": "host",
+            "devices/system/cpu/online": "0-1",
+            "fs/cgroup/marker": "",
+            "kernel/mm/x": "",
+        },
+        {"bus/pci/devices/0000:00:01.0": "../../../devices/pci0000:00/0000:00:01.0"},
+    )
+    staging = _tree(
+        tmp_path / "staging",
+        {
+            "class/drm/card0/dev": "226:0",
+            "class/drm/version": "sim",
+            "devices/system/node/node1/cpulist": "4-7",
+        },
+        {"bus/pci/devices/0000:10:00.0": "../../../devices/pci0000:10/0000:10:00.0"},
+    )
+    binds = merge_sysfs(staging, real)
+    targets = {Path(b.target).relative_to(staging).as_posix(): Path(b.source) for b in binds}
+    # Real entries the simulation lacks become mount points, filled from the host.
+    assert targets["class/net"] == real / "class/net"
+    assert targets["fs"] == real / "fs"
+    assert targets["kernel"] == real / "kernel"
+    # In a directory both have, real symlinks are copied (not mounted) next to the simulated ones.
+    assert (staging / "bus/pci/devices/0000:00:01.0").is_symlink()
+    assert (staging / "bus/pci/devices/0000:10:00.0").is_symlink()
+    assert not any(t.startswith("bus/pci/devices") for t in targets)
+    # Where both have a file, the simulation wins; its own entries stay.
+    assert "class/drm/version" not in targets
+    assert (staging / "class/drm/version").read_text() == "sim"
+    assert (staging / "class/drm/card0/dev").read_text() == "226:0"
+    # The host's CPU topology replaces the simulation's (the kubelet reads it).
+    assert targets["devices/system"] == real / "devices/system"
+    assert not (staging / "devices/system/node").exists()
+
+
+def test_capability_bits_are_read_from_proc_status() -> None:
+    with_resource = "Name:\tx\nCapEff:\t000001ffffffffff\n"
+    without = "CapEff:\t000001fffeffffff\n"
+    assert has_capability(with_resource, CAP_SYS_RESOURCE)
+    assert not has_capability(without, CAP_SYS_RESOURCE)
+    assert not has_capability("no caps line", CAP_SYS_RESOURCE)
+
+
+def test_containerd_clamps_oom_scores_only_without_cap_sys_resource(tmp_path: Path) -> None:
+    layout = NodeLayout(tmp_path, "/k8stest-x")
+    kwargs = {"cni_bin_dir": Path("/usr/lib/cni"), "pause_image": PAUSE_IMAGE}
+    assert "restrict_oom_score_adj = false" in containerd_configuration(NodeConfig(), layout, **kwargs)  # type: ignore[arg-type]
+    clamped = containerd_configuration(NodeConfig(), layout, can_lower_oom_score=False, **kwargs)  # type: ignore[arg-type]
+    assert "restrict_oom_score_adj = true" in clamped
+    assert f'address = "{tmp_path / "containerd.sock"}"' in clamped
+    assert f'BinaryName = "{tmp_path / "runtime"}"' in clamped
+
+
+def test_cgroup_mounts_lists_only_cgroup_hierarchies() -> None:
+    mountinfo = "\n".join(
+        [
+            "30 25 0:26 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs rw",
+            "31 30 0:27 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids",
+            "32 30 0:28 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw",
+            "33 25 0:29 / /proc rw - proc proc rw",
+        ]
+    )
+    assert cgroup_mounts(mountinfo) == [Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified")]
+
+
+def test_kubelet_configuration_keeps_the_node_to_itself(tmp_path: Path) -> None:
+    doc = kubelet_configuration(
+        NodeConfig(), NodeLayout(tmp_path, "/k8stest-x"), ca_file=tmp_path / "ca.crt", port=1, healthz_port=2
+    )
+    assert doc["failCgroupV1"] is False
+    assert doc["cgroupRoot"] == "/k8stest-x"
+    assert doc["address"] == doc["healthzBindAddress"] == "127.0.0.1"
+    assert doc["readOnlyPort"] == 0
+    assert doc["makeIPTablesUtilChains"] is False
+    assert doc["authentication"]["anonymous"]["enabled"] is False
+    assert doc["registerWithTaints"] == [{"key": "k8stest.io/real-node", "effect": "NoSchedule"}]
+
+
+def test_workload_pod_leaves_placement_to_the_scheduler() -> None:
+    pod = workload_pod("p", "node-a", "true", limits={"example.com/x": "1"}, host_paths={"/h": "/dev"})
+    spec = pod["spec"]
+    assert "nodeName" not in spec
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "node-a"}
+    assert spec["tolerations"] == [
+        {"key": "k8stest.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    container = spec["containers"][0]
+    assert container["imagePullPolicy"] == "Never"
+    assert container["resources"]["limits"] == {"example.com/x": "1"}
+    assert spec["volumes"][0]["hostPath"]["path"] == "/dev"
+    assert container["volumeMounts"][0]["mountPath"] == "/h"
+
+
+def test_runtime_wrapper_gives_containers_the_nodes_sysfs() -> None:
+    spec = {
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {
+                "destination": "/sys",
+                "type": "sysfs",
+                "source": "sysfs",
+                "options": ["nosuid", "noexec", "nodev", "ro"],
+            },
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
+        ]
+    }
+    mounts = with_node_sysfs(spec)["mounts"]
+    assert mounts[0] == spec["mounts"][0] and mounts[2] == spec["mounts"][2]
+    assert mounts[1] == {
+        "destination": "/sys",
+        "type": "bind",
+        "source": "/sys",
+        "options": ["rbind", "nosuid", "noexec", "nodev", "ro"],
+    }
+    assert bundle_dir(["--root", "/r", "create", "--bundle", "/b", "id"]) == Path("/b")
+    assert bundle_dir(["create", "--bundle=/c", "id"]) == Path("/c")
+
+
+def test_unqualified_image_names_are_imported_under_localhost() -> None:
+    assert qualified_reference("project/image:1") == "localhost/project/image:1"
+    assert qualified_reference("localhost/k8stest/busybox:1") == "localhost/k8stest/busybox:1"
+    assert qualified_reference("registry.example:5000/p/i:1") == "registry.example:5000/p/i:1"
+    index = {
+        "manifests": [{"digest": "sha256:x", "annotations": {"org.opencontainers.image.ref.name": "p/i:1"}}]
+    }
+    (manifest,) = localized_index(index)["manifests"]
+    assert manifest["annotations"]["io.containerd.image.name"] == "localhost/p/i:1"
+    assert manifest["digest"] == "sha256:x"
+    tag_only = {"manifests": [{"annotations": {"org.opencontainers.image.ref.name": "latest"}}]}
+    assert localized_index(tag_only) == tag_only
