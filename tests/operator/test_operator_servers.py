@@ -236,7 +236,9 @@ async def test_self_managed_issue_store_and_inject(tmp_path: Path, with_secret: 
     assert api.writes == 1 and len(api.patches) == 2
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=300)
     renewed = await certs.ensure(later)
-    assert api.writes == 2 and renewed.ca_cert == bundle.ca_cert and renewed.tls_cert != bundle.tls_cert
+    assert api.writes == 2 and renewed.tls_cert != bundle.tls_cert
+    assert renewed.ca_cert != bundle.ca_cert and renewed.previous_ca_cert == bundle.ca_cert
+    assert api.secret is not None and "ca.key" not in (api.secret.data or {})
 
 
 def test_cli_flags() -> None:

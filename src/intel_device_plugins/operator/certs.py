@@ -1,8 +1,14 @@
 """Self-managed webhook certificates: a private CA, a serving certificate, rotation and CA-bundle patches.
 
 Used when the operator runs without cert-manager. The certificates live in one Secret (keys ``ca.crt``,
-``ca.key``, ``tls.crt``, ``tls.key`` and, during a CA rollover, ``ca-previous.crt``); every replica serves
-from it and the leader renews it. All decisions here are pure functions of the Secret data and the clock.
+``tls.crt``, ``tls.key`` and, after a renewal, ``ca-previous.crt``); every replica serves from it and any
+replica renews it. All decisions here are pure functions of the Secret data and the clock.
+
+The CA's private key is never stored: each serving certificate gets a CA of its own, whose key signs that one
+certificate and is then dropped. Whoever can read the Secret can therefore impersonate the webhook server
+(its key is there, unavoidably), but cannot mint a certificate for any other name that the webhook
+configurations would trust. A renewal is a CA rollover: the previous CA stays in the published bundle until
+it expires, so replicas still serving the previous certificate stay trusted.
 """
 
 from __future__ import annotations
@@ -21,31 +27,34 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_VALIDITY: Final = dt.timedelta(days=3650)
+"""Validity of a CA made by ``new_ca`` for other uses (the test control plane's PKI)."""
 SERVING_VALIDITY: Final = dt.timedelta(days=365)
+#: The per-certificate CA of the webhook lives as long as the certificate it signed.
+WEBHOOK_CA_VALIDITY: Final = SERVING_VALIDITY
 #: Renew when less than this fraction of the lifetime is left.
 RENEW_FRACTION: Final = 1 / 3
 #: Backdating absorbs clock skew between the operator and the API server.
 BACKDATE: Final = dt.timedelta(minutes=5)
+#: The Secret key under which earlier versions stored the CA's private key; its presence forces a re-issue.
+LEGACY_CA_KEY: Final = "ca.key"
 
 
 @dataclasses.dataclass(frozen=True)
 class CertBundle:
-    """PEM-encoded CA and serving key pairs, plus the previous CA kept in the bundle during a rollover."""
+    """PEM CA certificate and serving key pair, plus the previous CA kept in the bundle after a renewal.
+
+    ``stored_ca_key`` records that the Secret it was read from still holds a CA private key.
+    """
 
     ca_cert: bytes
-    ca_key: bytes
     tls_cert: bytes
     tls_key: bytes
     previous_ca_cert: bytes = b""
+    stored_ca_key: bool = False
 
     def to_secret_data(self) -> dict[str, str]:
-        """Base64 ``data`` of the Secret."""
-        out = {
-            "ca.crt": self.ca_cert,
-            "ca.key": self.ca_key,
-            "tls.crt": self.tls_cert,
-            "tls.key": self.tls_key,
-        }
+        """Base64 ``data`` of the Secret; never a CA private key."""
+        out = {"ca.crt": self.ca_cert, "tls.crt": self.tls_cert, "tls.key": self.tls_key}
         if self.previous_ca_cert:
             out["ca-previous.crt"] = self.previous_ca_cert
         return {k: base64.b64encode(v).decode() for k, v in out.items()}
@@ -58,13 +67,17 @@ class CertBundle:
         try:
             raw = {k: base64.b64decode(v, validate=True) for k, v in data.items()}
             return cls(
-                raw["ca.crt"], raw["ca.key"], raw["tls.crt"], raw["tls.key"], raw.get("ca-previous.crt", b"")
+                raw["ca.crt"],
+                raw["tls.crt"],
+                raw["tls.key"],
+                raw.get("ca-previous.crt", b""),
+                stored_ca_key=LEGACY_CA_KEY in raw,
             )
         except (KeyError, ValueError):
             return None
 
     def ca_bundle(self) -> bytes:
-        """PEM CA bundle for the webhook configurations: current CA plus, during a rollover, the previous."""
+        """PEM CA bundle for the webhook configurations: current CA plus, after a renewal, the previous."""
         return self.ca_cert + self.previous_ca_cert
 
 
@@ -78,7 +91,11 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def new_ca(now: dt.datetime, common_name: str = "intel-deviceplugin-operator-ca") -> tuple[bytes, bytes]:
+def new_ca(
+    now: dt.datetime,
+    common_name: str = "intel-deviceplugin-operator-ca",
+    validity: dt.timedelta = CA_VALIDITY,
+) -> tuple[bytes, bytes]:
     """Fresh self-signed CA (cert PEM, key PEM)."""
     key = _key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -89,7 +106,7 @@ def new_ca(now: dt.datetime, common_name: str = "intel-deviceplugin-operator-ca"
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + CA_VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -169,9 +186,10 @@ def renewal_reason(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.
         ca = x509.load_pem_x509_certificate(bundle.ca_cert)
         tls = x509.load_pem_x509_certificate(bundle.tls_cert)
         serialization.load_pem_private_key(bundle.tls_key, password=None)
-        serialization.load_pem_private_key(bundle.ca_key, password=None)
     except ValueError:
         return "stored certificate or key does not parse"
+    if bundle.stored_ca_key:
+        return "the Secret holds a CA private key; re-issuing with a CA whose key is not kept"
     if _due(ca, now):
         return "CA certificate is due for renewal"
     if tls.issuer != ca.subject:
@@ -196,23 +214,16 @@ def renewal_reason(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.
 
 
 def issue(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.datetime) -> CertBundle:
-    """New bundle: keep a CA that is still good, else start a new CA and keep the old one in the bundle."""
-    reuse_ca = False
-    if bundle is not None:
-        try:
-            reuse_ca = not _due(x509.load_pem_x509_certificate(bundle.ca_cert), now)
-            serialization.load_pem_private_key(bundle.ca_key, password=None)
-        except ValueError:
-            reuse_ca = False
-    if bundle is not None and reuse_ca:
-        ca_cert, ca_key, previous = bundle.ca_cert, bundle.ca_key, bundle.previous_ca_cert
-        if previous and _expired(previous, now):
-            previous = b""
-    else:
-        ca_cert, ca_key = new_ca(now)
-        previous = bundle.ca_cert if bundle is not None and not _expired(bundle.ca_cert, now) else b""
+    """New bundle: a new CA signs a new serving certificate and its key is dropped; the old CA stays trusted.
+
+    The previous CA certificate is kept in the bundle until it expires, so a replica that still serves the
+    previous certificate keeps being trusted while it picks up the new one.
+    """
+    ca_cert, ca_key = new_ca(now, validity=WEBHOOK_CA_VALIDITY)
     tls_cert, tls_key = new_serving(ca_cert, ca_key, dns_names, now)
-    return CertBundle(ca_cert, ca_key, tls_cert, tls_key, previous)
+    del ca_key  # signs exactly one certificate; never stored
+    previous = bundle.ca_cert if bundle is not None and not _expired(bundle.ca_cert, now) else b""
+    return CertBundle(ca_cert, tls_cert, tls_key, previous)
 
 
 def _expired(pem: bytes, now: dt.datetime) -> bool:

@@ -1,7 +1,8 @@
 """No-cert-manager mode: keep the serving certificate in a Secret, on disk and in the webhook configs.
 
 Any replica may renew: the Secret is replaced with its resourceVersion, so of two racing replicas one wins and
-the other re-reads. The CA bundle patch is idempotent, so every replica applies it.
+the other re-reads. The CA bundle patch is idempotent, so every replica applies it. The Secret never holds a
+CA private key (see ``certs``); one left there by an earlier version is removed by an immediate re-issue.
 """
 
 from __future__ import annotations
@@ -95,8 +96,10 @@ class SelfManagedCerts:
             break
         else:
             raise RuntimeError("could not store the webhook certificate after 5 attempts")
-        write_pair(self.cfg.cert_dir, bundle)
+        # Publish the CA bundle (new and previous CA) before serving the new certificate, so the API server
+        # trusts whichever of the two it is offered.
         await self.inject(bundle)
+        write_pair(self.cfg.cert_dir, bundle)
         return bundle
 
     async def inject(self, bundle: CertBundle) -> None:
