@@ -83,6 +83,11 @@ def parser() -> argparse.ArgumentParser:
         ("--leader-elect", "reconcile only while holding the Lease"),
         ("--metrics-secure", "serve metrics over HTTPS to authorised tokens only"),
         ("--enable-http2", "accepted for compatibility; HTTP/1.1 is used"),
+        (
+            "--combined-plugin-process",
+            "run every enabled device kind in one intel_device_plugins process per node, from one DaemonSet"
+            " (env DEVICEPLUGIN_COMBINED=true)",
+        ),
     ):
         p.add_argument(flag, nargs="?", const=True, default=False, type=go_bool, help=text)
     p.add_argument(
@@ -143,6 +148,17 @@ def select_devices(values: Sequence[str] | None) -> tuple[DeviceKind, ...]:
 def image_env(env: Mapping[str, str]) -> dict[str, str]:
     """The ``*_SHA`` image overrides from the environment."""
     return {k: v for k, v in env.items() if k.endswith("_SHA") and v}
+
+
+def combined_mode(flag: bool, env: Mapping[str, str]) -> bool:
+    """One plugin process per node: the flag, or env ``DEVICEPLUGIN_COMBINED`` (a Go boolean) when set."""
+    raw = env.get("DEVICEPLUGIN_COMBINED", "")
+    if not raw:
+        return flag
+    try:
+        return go_bool(raw)
+    except argparse.ArgumentTypeError:
+        raise UsageError(f"DEVICEPLUGIN_COMBINED: {raw!r} is not a boolean") from None
 
 
 def identity(env: Mapping[str, str]) -> str:
@@ -210,7 +226,12 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
 
         background.append(asyncio.create_task(serve_webhooks()))
         config = ControllerConfig(
-            namespace, kinds, image_env(env), env.get("DEVICEPLUGIN_SECRET", ""), workers=opts.workers
+            namespace,
+            kinds,
+            image_env(env),
+            env.get("DEVICEPLUGIN_SECRET", ""),
+            workers=opts.workers,
+            combined=combined_mode(opts.combined_plugin_process, env),
         )
         log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
         if not opts.leader_elect:
@@ -252,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         select_devices(opts.devices)
+        combined_mode(opts.combined_plugin_process, os.environ)
     except UsageError as exc:
         log.error("%s", exc)
         return 1
