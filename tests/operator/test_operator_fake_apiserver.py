@@ -21,7 +21,9 @@ import pytest
 import yaml
 from aiohttp import web
 
+from intel_device_plugins.operator.combined import COMBINED_NAME
 from intel_device_plugins.operator.controller import ControllerConfig, run_controllers
+from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, DeviceKind
 from intel_device_plugins.operator.metrics import Metrics
 
@@ -230,6 +232,11 @@ class FakeApiServer:
                 return self.error(409, "Conflict", "the object has been modified")
             body["metadata"]["uid"] = self.objects[key]["metadata"]["uid"]
             return web.json_response(self.put(key, body, "MODIFIED"))
+        if request.method == "DELETE":
+            if key not in self.objects:
+                return self.not_found(name)
+            self.delete(key)
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200})
         return web.json_response({"kind": "Status", "code": 405}, status=405)
 
     def list(self, prefix: str, plural: str, ns: str, selector: str) -> dict[str, Any]:
@@ -431,6 +438,103 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
         # the CR goes away: no error loop
         cluster.delete(cr_key)
         await asyncio.sleep(0.5)
+        assert metrics.reconcile_errors == 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_combined_mode_over_http(cluster: FakeApiServer) -> None:
+    """One DaemonSet for a GPU and a QAT CR; a per-kind DaemonSet left from before is deleted; statuses."""
+    kinds = (DeviceKind.GPU, DeviceKind.QAT)
+    keys = {k: (CR_PREFIX, k.plural, "", f"{k.value}-cr") for k in kinds}
+    for kind, key in keys.items():
+        cluster.put(
+            key,
+            {
+                "apiVersion": f"{GROUP}/v1",
+                "kind": kind.kind,
+                "metadata": {"name": key[3]},
+                "spec": {"image": f"intel/intel-{kind.value}-plugin:0.36.0", "logLevel": 2},
+            },
+            "ADDED",
+        )
+    leftover = (DS_PREFIX, "daemonsets", NS, "intel-gpu-plugin-old")
+    cluster.put(
+        leftover,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {
+                "name": "intel-gpu-plugin-old",
+                "namespace": NS,
+                "labels": {"app": "intel-gpu-plugin", MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            },
+            "spec": {
+                "selector": {"matchLabels": {"app": "intel-gpu-plugin"}},
+                "template": {"spec": {"containers": [{"name": "c"}]}},
+            },
+        },
+        "ADDED",
+    )
+    ds_key = (DS_PREFIX, "daemonsets", NS, COMBINED_NAME)
+    metrics = Metrics()
+    task = asyncio.create_task(run_controllers(ControllerConfig(NS, kinds, {}, combined=True), metrics))
+    try:
+        ds = await eventually(lambda: cluster.objects.get(ds_key))
+        assert leftover not in cluster.objects
+        assert sorted(r["name"] for r in ds["metadata"]["ownerReferences"]) == ["gpu-cr", "qat-cr"]
+        args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[:2] == ["-v", "2"] and [a.split()[0] for a in args[3::2]] == ["gpu", "qat"]
+        cluster.put(
+            ("api/v1", "pods", NS, "p1"),
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "p1",
+                    "namespace": NS,
+                    "labels": {"app": COMBINED_NAME},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "controller": True,
+                            "name": COMBINED_NAME,
+                            "uid": ds["metadata"]["uid"],
+                        }
+                    ],
+                },
+                "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]},
+            },
+            "ADDED",
+        )
+        ds = copy.deepcopy(cluster.objects[ds_key])
+        ds["status"] = {
+            "desiredNumberScheduled": 1,
+            "numberReady": 1,
+            "currentNumberScheduled": 1,
+            "numberMisscheduled": 0,
+        }
+        cluster.put(ds_key, ds, "MODIFIED")
+        for key in keys.values():
+            await eventually(
+                lambda key=key: (cluster.objects[key].get("status") or {}).get("nodeNames") == ["node-1"]
+            )
+            status = cluster.objects[key]["status"]
+            assert status["controlledDaemonSet"]["name"] == COMBINED_NAME and status["numberReady"] == 1
+
+        # a spec change of one CR reaches the one DaemonSet
+        cr = copy.deepcopy(cluster.objects[keys[DeviceKind.QAT]])
+        cr["spec"]["maxNumDevices"] = 5
+        cluster.put(keys[DeviceKind.QAT], cr, "MODIFIED")
+        await eventually(
+            lambda: any(
+                "-max-num-devices 5" in a
+                for a in cluster.objects[ds_key]["spec"]["template"]["spec"]["containers"][0]["args"]
+            )
+        )
         assert metrics.reconcile_errors == 0
     finally:
         task.cancel()
