@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable
@@ -518,10 +519,12 @@ async def test_combined_mode_over_http(cluster: FakeApiServer) -> None:
             "numberMisscheduled": 0,
         }
         cluster.put(ds_key, ds, "MODIFIED")
+
+        def listed_on_node_1(key: tuple[str, str, str, str]) -> bool:
+            return (cluster.objects[key].get("status") or {}).get("nodeNames") == ["node-1"]
+
         for key in keys.values():
-            await eventually(
-                lambda key=key: (cluster.objects[key].get("status") or {}).get("nodeNames") == ["node-1"]
-            )
+            await eventually(functools.partial(listed_on_node_1, key))
             status = cluster.objects[key]["status"]
             assert status["controlledDaemonSet"]["name"] == COMBINED_NAME and status["numberReady"] == 1
 
