@@ -521,7 +521,8 @@ async def test_combined_mode_over_http(cluster: FakeApiServer) -> None:
         cluster.put(ds_key, ds, "MODIFIED")
 
         def listed_on_node_1(key: tuple[str, str, str, str]) -> bool:
-            return (cluster.objects[key].get("status") or {}).get("nodeNames") == ["node-1"]
+            status = cluster.objects[key].get("status") or {}
+            return status.get("nodeNames") == ["node-1"] and status.get("numberReady") == 1
 
         for key in keys.values():
             await eventually(functools.partial(listed_on_node_1, key))
