@@ -338,3 +338,13 @@ async def test_controller_thread_failure_reaches_the_caller() -> None:
     with pytest.raises(RuntimeError, match="controller thread failed") as info:
         await run_controllers(ControllerConfig("ns", ALL_KINDS, {}), Metrics(), broken_client)
     assert "no kubeconfig" in str(info.value.__cause__)
+
+
+def test_the_cert_manager_install_never_loads_cryptography() -> None:
+    """cryptography costs about 8 MiB of RSS; only the self-managed certificate mode needs it."""
+    import subprocess
+    import sys
+
+    code = "import sys, intel_device_plugins.operator.cli; print('cryptography' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"

@@ -23,13 +23,11 @@ from typing import Any, Final
 from aiohttp import web
 from lightkube import AsyncClient
 
-from intel_device_plugins.operator.certs import service_dns_names
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
-from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
 from intel_device_plugins.operator.webhook_server import (
     ServingCert,
     health_app,
@@ -184,6 +182,11 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
     webhook_started = asyncio.Event()
     try:
         if opts.webhook_cert_mode == "self-managed":
+            # imported here: the certificate code loads cryptography (about 8 MiB), which the default
+            # cert-manager install never needs
+            from intel_device_plugins.operator.certs import service_dns_names
+            from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+
             certs = SelfManagedCerts(
                 client,
                 SelfManagedConfig(
