@@ -348,3 +348,41 @@ def test_the_cert_manager_install_never_loads_cryptography() -> None:
     code = "import sys, intel_device_plugins.operator.cli; print('cryptography' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def test_self_managed_mode_keeps_cryptography_out_of_the_operator_process() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, intel_device_plugins.operator.selfcerts; print('cryptography' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+async def test_a_known_good_secret_is_not_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from intel_device_plugins.operator import selfcerts
+
+    calls: list[str] = []
+    real = selfcerts.certificate_request
+
+    async def counting(request: dict[str, Any]) -> dict[str, Any]:
+        calls.append(request["op"])
+        return await real(request)
+
+    monkeypatch.setattr(selfcerts, "certificate_request", counting)
+    api = FakeCertApi(True)
+    certs = SelfManagedCerts(
+        cast(AsyncClient, api),
+        SelfManagedConfig("ns", "cert", service_dns_names("svc", "ns"), ("m",), tmp_path),
+    )
+    await certs.ensure()
+    first = list(calls)
+    assert "issue" in first
+    await certs.ensure()
+    await certs.ensure()
+    assert calls == first  # the stored Secret is known good until its renewal time
+    assert 1.0 <= certs.next_check_s(dt.datetime.now(dt.UTC)) <= 300.0
+    await certs.ensure(dt.datetime.now(dt.UTC) + dt.timedelta(days=300))  # due: checked, and renewed
+    assert calls[len(first) :] == ["check", "issue"]

@@ -13,8 +13,6 @@ it expires, so replicas still serving the previous certificate stay trusted.
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from ipaddress import ip_address
@@ -26,6 +24,25 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from intel_device_plugins.operator.certdata import (
+    LEGACY_CA_KEY,
+    CertBundle,
+    ca_bundle_patch,
+    service_dns_names,
+)
+
+__all__ = [
+    "LEGACY_CA_KEY",
+    "CertBundle",
+    "ca_bundle_patch",
+    "issue",
+    "new_ca",
+    "new_serving",
+    "next_check",
+    "renewal_reason",
+    "service_dns_names",
+]
+
 CA_VALIDITY: Final = dt.timedelta(days=3650)
 """Validity of a CA made by ``new_ca`` for other uses (the test control plane's PKI)."""
 SERVING_VALIDITY: Final = dt.timedelta(days=365)
@@ -35,50 +52,6 @@ WEBHOOK_CA_VALIDITY: Final = SERVING_VALIDITY
 RENEW_FRACTION: Final = 1 / 3
 #: Backdating absorbs clock skew between the operator and the API server.
 BACKDATE: Final = dt.timedelta(minutes=5)
-#: The Secret key under which earlier versions stored the CA's private key; its presence forces a re-issue.
-LEGACY_CA_KEY: Final = "ca.key"
-
-
-@dataclasses.dataclass(frozen=True)
-class CertBundle:
-    """PEM CA certificate and serving key pair, plus the previous CA kept in the bundle after a renewal.
-
-    ``stored_ca_key`` records that the Secret it was read from still holds a CA private key.
-    """
-
-    ca_cert: bytes
-    tls_cert: bytes
-    tls_key: bytes
-    previous_ca_cert: bytes = b""
-    stored_ca_key: bool = False
-
-    def to_secret_data(self) -> dict[str, str]:
-        """Base64 ``data`` of the Secret; never a CA private key."""
-        out = {"ca.crt": self.ca_cert, "tls.crt": self.tls_cert, "tls.key": self.tls_key}
-        if self.previous_ca_cert:
-            out["ca-previous.crt"] = self.previous_ca_cert
-        return {k: base64.b64encode(v).decode() for k, v in out.items()}
-
-    @classmethod
-    def from_secret_data(cls, data: Mapping[str, str] | None) -> CertBundle | None:
-        """Bundle from a Secret's base64 ``data``; None when keys are missing or not base64."""
-        if not data:
-            return None
-        try:
-            raw = {k: base64.b64decode(v, validate=True) for k, v in data.items()}
-            return cls(
-                raw["ca.crt"],
-                raw["tls.crt"],
-                raw["tls.key"],
-                raw.get("ca-previous.crt", b""),
-                stored_ca_key=LEGACY_CA_KEY in raw,
-            )
-        except (KeyError, ValueError):
-            return None
-
-    def ca_bundle(self) -> bytes:
-        """PEM CA bundle for the webhook configurations: current CA plus, after a renewal, the previous."""
-        return self.ca_cert + self.previous_ca_cert
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -168,11 +141,6 @@ def new_serving(
     return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
-def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
-    """Names the API server may use to reach the webhook Service."""
-    return (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
-
-
 def _due(cert: x509.Certificate, now: dt.datetime) -> bool:
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     return now >= end - (end - start) * RENEW_FRACTION
@@ -241,19 +209,40 @@ def next_check(bundle: CertBundle, now: dt.datetime, ceiling: dt.timedelta = dt.
     return max(1.0, min((due - now).total_seconds(), ceiling.total_seconds()))
 
 
-def ca_bundle_patch(config: Mapping[str, Any], ca_bundle: bytes) -> list[dict[str, Any]]:
-    """JSON patch that sets ``caBundle`` on every webhook of a configuration; empty when already set."""
-    wanted = base64.b64encode(ca_bundle).decode()
-    ops: list[dict[str, Any]] = []
-    for i, hook in enumerate(config.get("webhooks") or ()):
-        cc = hook.get("clientConfig") or {}
-        if cc.get("caBundle") != wanted:
-            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted})
-    if ops:
-        # Guard against a concurrent reorder of the list between our read and the patch.
-        names = [
-            {"op": "test", "path": f"/webhooks/{i}/name", "value": h.get("name")}
-            for i, h in enumerate(config.get("webhooks") or ())
-        ]
-        ops = names + ops
-    return ops
+def handle_request(request: Mapping[str, Any]) -> dict[str, Any]:
+    """One request of the child process: ``check`` a Secret's data or ``issue`` a new bundle.
+
+    Input: ``op``, ``data`` (the Secret's base64 data or null), ``dns`` (names), ``now`` (ISO 8601).
+    Output: ``reason`` ("" when good) or ``data`` (the new Secret data), and ``next_check_s``.
+    """
+    now = dt.datetime.fromisoformat(str(request["now"]))
+    dns = [str(n) for n in request["dns"]]
+    bundle = CertBundle.from_secret_data(request.get("data"))
+    if request["op"] == "check":
+        reason = renewal_reason(bundle, dns, now)
+        due = next_check(bundle, now, ceiling=dt.timedelta(days=3650)) if bundle and not reason else 0.0
+        return {"reason": reason, "next_check_s": due}
+    if request["op"] == "issue":
+        fresh = issue(bundle, dns, now)
+        return {
+            "data": fresh.to_secret_data(),
+            "next_check_s": next_check(fresh, now, ceiling=dt.timedelta(days=3650)),
+        }
+    raise ValueError(f"unknown op {request['op']!r}")
+
+
+def main() -> int:
+    """Child-process entry: one JSON request on stdin, one JSON answer on stdout."""
+    import json
+    import sys
+
+    try:
+        answer = handle_request(json.loads(sys.stdin.read()))
+    except (KeyError, TypeError, ValueError) as exc:
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
