@@ -233,7 +233,9 @@ def test_create_update_delete(
     ]
     assert_matches_plan(kind, admin.get(cr_path(kind, name)), ds)
     pod = ds["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {TEST_LABEL: name}
+    # IAA always adds the amd64 selector, as upstream does
+    arch = {"kubernetes.io/arch": "amd64"} if kind is DeviceKind.IAA else {}
+    assert pod["nodeSelector"] == {TEST_LABEL: name, **arch}
     assert pod["tolerations"] == spec["tolerations"]
 
     # Update: the spec change reaches the DaemonSet.

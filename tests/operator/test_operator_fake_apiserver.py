@@ -302,6 +302,29 @@ class FakeApiServer:
         )
 
 
+def daemonset_pod(name: str, ds: dict[str, Any], node: str) -> dict[str, Any]:
+    """A pod of DaemonSet ``ds`` on ``node``, with the DaemonSet's ``app`` label and controller reference."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ds["metadata"]["namespace"],
+            "labels": {"app": ds["spec"]["selector"]["matchLabels"]["app"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "controller": True,
+                    "name": ds["metadata"]["name"],
+                    "uid": ds["metadata"]["uid"],
+                }
+            ],
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+    }
+
+
 async def eventually(probe: Callable[[], Any], limit_s: float = 15.0) -> Any:
     deadline = asyncio.get_running_loop().time() + limit_s
     while asyncio.get_running_loop().time() < deadline:
@@ -392,29 +415,7 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
 
         # the DaemonSet's status and pods reach the CR's status
         ds = copy.deepcopy(cluster.objects[ds_key])
-        cluster.put(
-            ("api/v1", "pods", NS, "p1"),
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "p1",
-                    "namespace": NS,
-                    "labels": {"app": "intel-gpu-plugin"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "DaemonSet",
-                            "controller": True,
-                            "name": "intel-gpu-plugin-a",
-                            "uid": ds["metadata"]["uid"],
-                        }
-                    ],
-                },
-                "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]},
-            },
-            "ADDED",
-        )
+        cluster.put(("api/v1", "pods", NS, "p1"), daemonset_pod("p1", ds, "node-1"), "ADDED")
         ds["status"] = {
             "desiredNumberScheduled": 1,
             "numberReady": 1,
@@ -488,29 +489,7 @@ async def test_combined_mode_over_http(cluster: FakeApiServer) -> None:
         assert sorted(r["name"] for r in ds["metadata"]["ownerReferences"]) == ["gpu-cr", "qat-cr"]
         args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[:2] == ["-v", "2"] and [a.split()[0] for a in args[3::2]] == ["gpu", "qat"]
-        cluster.put(
-            ("api/v1", "pods", NS, "p1"),
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "p1",
-                    "namespace": NS,
-                    "labels": {"app": COMBINED_NAME},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "DaemonSet",
-                            "controller": True,
-                            "name": COMBINED_NAME,
-                            "uid": ds["metadata"]["uid"],
-                        }
-                    ],
-                },
-                "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]},
-            },
-            "ADDED",
-        )
+        cluster.put(("api/v1", "pods", NS, "p1"), daemonset_pod("p1", ds, "node-1"), "ADDED")
         ds = copy.deepcopy(cluster.objects[ds_key])
         ds["status"] = {
             "desiredNumberScheduled": 1,
