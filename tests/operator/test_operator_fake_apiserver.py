@@ -325,6 +325,12 @@ def daemonset_pod(name: str, ds: dict[str, Any], node: str) -> dict[str, Any]:
     }
 
 
+def with_one_ready_pod(ds: dict[str, Any]) -> dict[str, Any]:
+    """The DaemonSet as its controller reports one scheduled, ready pod."""
+    counts = ("desiredNumberScheduled", "numberReady", "currentNumberScheduled")
+    return {**ds, "status": {**dict.fromkeys(counts, 1), "numberMisscheduled": 0}}
+
+
 async def eventually(probe: Callable[[], Any], limit_s: float = 15.0) -> Any:
     deadline = asyncio.get_running_loop().time() + limit_s
     while asyncio.get_running_loop().time() < deadline:
@@ -416,13 +422,7 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
         # the DaemonSet's status and pods reach the CR's status
         ds = copy.deepcopy(cluster.objects[ds_key])
         cluster.put(("api/v1", "pods", NS, "p1"), daemonset_pod("p1", ds, "node-1"), "ADDED")
-        ds["status"] = {
-            "desiredNumberScheduled": 1,
-            "numberReady": 1,
-            "currentNumberScheduled": 1,
-            "numberMisscheduled": 0,
-        }
-        cluster.put(ds_key, ds, "MODIFIED")
+        cluster.put(ds_key, with_one_ready_pod(ds), "MODIFIED")
         await eventually(
             lambda: (
                 cluster.objects[cr_key]["status"].get("nodeNames") == ["node-1"]
@@ -491,13 +491,7 @@ async def test_combined_mode_over_http(cluster: FakeApiServer) -> None:
         assert args[:2] == ["-v", "2"] and [a.split()[0] for a in args[3::2]] == ["gpu", "qat"]
         cluster.put(("api/v1", "pods", NS, "p1"), daemonset_pod("p1", ds, "node-1"), "ADDED")
         ds = copy.deepcopy(cluster.objects[ds_key])
-        ds["status"] = {
-            "desiredNumberScheduled": 1,
-            "numberReady": 1,
-            "currentNumberScheduled": 1,
-            "numberMisscheduled": 0,
-        }
-        cluster.put(ds_key, ds, "MODIFIED")
+        cluster.put(ds_key, with_one_ready_pod(ds), "MODIFIED")
 
         def listed_on_node_1(key: tuple[str, str, str, str]) -> bool:
             status = cluster.objects[key].get("status") or {}
