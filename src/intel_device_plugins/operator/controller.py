@@ -84,7 +84,7 @@ def owner_key(body: Mapping[str, Any], kinds: tuple[DeviceKind, ...]) -> Key | N
     return None
 
 
-POD_PAGE: Final = 250  # paging keeps the peak memory of listing a large cluster's plugin pods low
+POD_PAGE: Final = 100  # paging keeps the peak memory of listing a large cluster's plugin pods low
 
 
 def _pod_summary(pod: Pod) -> dict[str, Any]:
