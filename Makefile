@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit venv bootstrap bench bench-k8s protos k8s-bins
+.PHONY: demo test lint unit venv bootstrap bench bench-k8s protos k8s-bins images helm-bin
 
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -27,7 +27,16 @@ lint: venv
 k8s-bins:
 	test/k8s/build.sh >/dev/null
 
-unit: venv k8s-bins
+# This project's container images as OCI archives under ~/.cache/intel-device-plugins/images (buildah and
+# mmdebstrap from Debian's packages, installed when missing; a warm run finds the archives in seconds).
+images: venv
+	$(BIN)/python tools/images/build.py >/dev/null
+
+# helm from Go modules for the chart tests (own module and cache, never test/k8s).
+helm-bin:
+	tools/helm/build.sh >/dev/null
+
+unit: venv k8s-bins images helm-bin
 	$(BIN)/pytest -q
 
 test: lint unit

@@ -8,7 +8,7 @@ own kubelet stand-in and device plugin directory:
 - one ``intel_device_plugins --plugin gpu --plugin qat --plugin dsa --plugin sgx`` process.
 
 Once every resource of both is advertised in full, it measures idle CPU of every process over the
-same window (default 1 s scan interval) and then the resident memory: the sum of ``VmRSS`` and of
+same window (default flags) and then the resident memory: the sum of ``VmRSS`` and of
 ``VmHWM`` per arrangement. Both arrangements run at once so that load from elsewhere on the shared
 machine hits them alike.
 
@@ -107,14 +107,14 @@ async def run(
     lines = [
         f"Resources advertised by both arrangements: {resources}.",
         "",
-        "| process | VmRSS | VmHWM | PSS | idle CPU, 1 s scan interval |",
+        "| process | VmRSS | VmHWM | PSS | idle CPU, default flags |",
         "|---|---|---|---|---|",
     ]
     for kind in compared:
         name = f"intel_{kind}_device_plugin"
         lines.append(
             f"| {name} | {rss[kind]:.1f} MiB | {hwm[kind]:.1f} MiB | {pss[kind]:.1f} MiB"
-            f" | {idle[kind]:.2f} % of a core |"
+            f" | {idle[kind]:.3f} % of a core |"
         )
     total = [sum(figure[k] for k in compared) for figure in (rss, hwm, pss, idle)]
     one = [figure["combined"] for figure in (rss, hwm, pss, idle)]

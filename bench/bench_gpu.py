@@ -41,7 +41,7 @@ BENCH = PluginBench(
     resource="gpu.intel.com/i915",
     ids=("card0-0",),
     hotplug=HotPlug("gpu.intel.com/i915", add_card),
-    targets=Targets(scan_ms=2.0),
+    targets=Targets(scan_ms=2.0, idle_percent=0.07, hotplug_ms=50.0),
 )
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import running_control_plane
@@ -171,7 +172,7 @@ def admission(client: KubeClient, rate: float, seconds: float, *, webhooks: bool
         nonlocal denied
         kind = kinds[i % len(kinds)]
         valid = i % 4 != 3
-        image = f"intel/intel-{kind.value}-plugin:0.36.0" if valid else "intel/other:devel"
+        image = node_image() if valid else "intel/other:devel"
         body = cr(kind, f"adm-{i}", {"image": image, "logLevel": 2, "nodeSelector": {"a": "b"}})
         if not webhooks:
             body["metadata"]["labels"] = {NO_WEBHOOK_LABEL: "true"}

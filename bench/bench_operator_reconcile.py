@@ -24,6 +24,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
 from intel_device_plugins.operator.controller import ControllerConfig, Reconciler
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.operator.metrics import Metrics
 
@@ -39,7 +40,7 @@ class MemoryApi:
                 "apiVersion": "deviceplugin.intel.com/v1",
                 "kind": "GpuDevicePlugin",
                 "metadata": {"name": f"gpu-{i}", "uid": f"u{i}", "generation": 1},
-                "spec": {"image": "intel/intel-gpu-plugin:0.36.0", "nodeSelector": {"pool": str(i)}},
+                "spec": {"image": node_image(), "nodeSelector": {"pool": str(i)}},
             }
             for i in range(crs)
         }

@@ -28,6 +28,7 @@ from typing import Any
 import aiohttp
 
 from intel_device_plugins.operator.certs import issue
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.operator.selfcerts import write_pair
 
@@ -47,7 +48,7 @@ def peak_rss_kib(pid: int) -> int:
 
 
 def review(kind: DeviceKind, valid: bool, i: int) -> dict[str, Any]:
-    image = f"intel/intel-{kind.value}-plugin:0.36.0" if valid else "intel/other:devel"
+    image = node_image() if valid else "intel/other:devel"
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

@@ -8,7 +8,7 @@ to :func:`main`. For each one this module measures, all on this machine in a tem
 - **plugin-side Allocate work**: CPU time of the allocation logic, hooks and protobuf message for
   one Allocate (in process), i.e. what the plugin adds to the transport.
 - the plugin as a **real process** registered with the kubelet stand-in: **start to registered**
-  (spawn to every device advertised), **idle CPU** at the default 1 s scan interval, **Allocate
+  (spawn to every device advertised), **idle CPU** with default flags, **Allocate
   latency** against the floors, **server CPU per call**, **hot-plug to ListAndWatch update** (where
   the simulator can add a device), **socket deletion to re-registration**, and **peak RSS**
   (``VmHWM``) at the end.
@@ -52,6 +52,7 @@ from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import PluginProcess, console_script, plugin_process
+from intel_device_plugins.sim.uevents import UeventBroadcaster
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -67,6 +68,24 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process so far (``/proc/<pid>/stat``, 10 ms resolution)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def run_seconds(pid: int) -> float:
+    """CPU time of all threads of a process so far, to the nanosecond (``/proc/<pid>/task/*/schedstat``).
+
+    Idle figures are a few milliseconds over many seconds: 10 ms ticks would round them to
+    nothing or to 0.07 %. A thread that ended before the second reading drops out of the sum, so a
+    process that starts and ends threads while measured reads low; plugin processes keep theirs.
+    Falls back to :func:`cpu_seconds` where schedstat is missing.
+    """
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                total += int((task / "schedstat").read_text().split()[0])
+    except FileNotFoundError:
+        return cpu_seconds(pid)
+    return total / 1e9 if total else cpu_seconds(pid)
 
 
 def status_mib(pid: int, name: str) -> float:
@@ -119,11 +138,11 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> fl
 
 async def idle_cpu_percent(pids: Mapping[str, int], seconds: float) -> dict[str, float]:
     """CPU time of each process over ``seconds`` of wall time, as a percentage of one core."""
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    before = {name: run_seconds(pid) for name, pid in pids.items()}
     started = time.monotonic()
     await asyncio.sleep(seconds)
     elapsed = time.monotonic() - started
-    return {name: (cpu_seconds(pid) - before[name]) / elapsed * 100 for name, pid in pids.items()}
+    return {name: (run_seconds(pid) - before[name]) / elapsed * 100 for name, pid in pids.items()}
 
 
 # ----- in-process costs ------------------------------------------------------------------------
@@ -329,6 +348,8 @@ class Reaction:
 class ProcessFigures:
     start_to_registered_ms: float
     idle_cpu_percent: float
+    floor_idle_cpu_percent: float
+    """Idle CPU of the floor server (an empty grpc.aio server) over the same window."""
     plugin: Latency
     floor: Latency
     proto_floor: Latency
@@ -412,7 +433,8 @@ async def measure_process(
             pid = plugin.process.pid
             await asyncio.sleep(2)
             load.sample()
-            idle = (await idle_cpu_percent({"plugin": pid}, idle_seconds))["plugin"]
+            idle_both = await idle_cpu_percent({"plugin": pid, "floor": floor.process.pid}, idle_seconds)
+            idle = idle_both["plugin"]
             load.sample()
             endpoint = next(e for r, e in reversed(kubelet.registrations) if r == resource)
             async with (
@@ -436,6 +458,7 @@ async def measure_process(
     return ProcessFigures(
         start_to_registered_ms=start_to_registered * 1e3,
         idle_cpu_percent=idle,
+        floor_idle_cpu_percent=idle_both["floor"],
         plugin=latency["plugin"],
         floor=latency["floor"],
         proto_floor=latency["proto"],
@@ -456,6 +479,8 @@ class Targets:
     scan_ms: float | None = None
     idle_percent: float = 0.5
     reaction_ms: float = 1000.0
+    hotplug_ms: float | None = None
+    """Hot-plug target when tighter than ``reaction_ms``."""
     start_ms: float = 1500.0
     peak_rss_mib: float = 45.0
 
@@ -478,8 +503,8 @@ def report(
             _verdict(scan.mean_ms, t.scan_ms, f"≤ {t.scan_ms} ms:"),
         ),
         (
-            "idle CPU, 1 s scan interval",
-            f"{f.idle_cpu_percent:.2f} % of a core",
+            "idle CPU, default flags (empty grpc.aio server, same window)",
+            f"{f.idle_cpu_percent:.3f} % ({f.floor_idle_cpu_percent:.3f} %) of a core",
             _verdict(f.idle_cpu_percent, t.idle_percent, f"≤ {t.idle_percent} %:"),
         ),
         (
@@ -517,7 +542,11 @@ def report(
             (
                 "hot-plug to ListAndWatch update, p50 / max",
                 f"{f.hotplug.p50_ms:.0f} / {f.hotplug.max_ms:.0f} ms",
-                _verdict(f.hotplug.max_ms, t.reaction_ms, f"≤ {t.reaction_ms:.0f} ms:"),
+                _verdict(
+                    f.hotplug.max_ms,
+                    t.hotplug_ms or t.reaction_ms,
+                    f"≤ {t.hotplug_ms or t.reaction_ms:.0f} ms:",
+                ),
             )
         )
     rows.append(
@@ -563,10 +592,13 @@ async def run_bench(
     tree = build_node(parse_node_spec(bench.node), root)
     if bench.prepare is not None:
         bench.prepare(tree)
+    # The simulator announces hot-plugs as the kernel would, to plugins that listen for uevents.
+    tree.uevents = UeventBroadcaster(workdir / "uevents")
     argv = [
         "-prefix", str(root),
         "-device-plugin-dir", str(plugin_dir),
         "-cdi-dir", str(workdir / "cdi"),
+        "-uevent-dir", str(workdir / "uevents"),
         *bench.flags,
     ]  # fmt: skip
     plugins = plugins_from_cli(bench.cli_module, argv)

@@ -20,6 +20,8 @@ BENCHMARKS = (
     ("IAA", "bench_iaa.py"),
     ("SGX", "bench_sgx.py"),
     ("NPU", "bench_npu.py"),
+    ("FPGA", "bench_fpga.py"),
+    ("FPGA CRI hook and bitstreams", "bench_fpga_hook.py"),
     ("Node footprint: one process against one per kind", "bench_footprint.py"),
 )
 

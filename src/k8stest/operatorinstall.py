@@ -184,6 +184,8 @@ def install(cp: ControlPlane, workdir: Path, extra_env: dict[str, str] | None = 
     """Apply the overlay, reroute the webhook Service to loopback and start the first operator (leader)."""
     kubectl = Kubectl(cp.binaries.path("kubectl"), cp.admin_kubeconfig)
     overlay = overlay_dir()
+    # An earlier install of the same session is removed without waiting; its namespace must be gone first.
+    kubectl("wait", "--for=delete", f"namespace/{NS}", "--timeout=180s", check=False, timeout=200)
     rendered = [d for d in yaml.safe_load_all(kubectl("kustomize", str(overlay)).stdout) if d]
     (deployment,) = [d for d in rendered if d["kind"] == "Deployment"]
     kubectl("apply", "-k", str(overlay))

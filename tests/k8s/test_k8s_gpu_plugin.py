@@ -151,3 +151,22 @@ def test_gpu_capacity_reaches_kwok_node_and_pod_is_scheduled(
             k8s_admin.delete("/api/v1/namespaces/default/pods/gpu-workload?gracePeriodSeconds=0")
     finally:
         proc.stop()
+
+
+def test_numa_value_beyond_the_protocol_keeps_every_device_with_the_real_device_manager(
+    node: FakeTree, device_manager: DeviceManagerHarness
+) -> None:
+    # 2^63 does not fit the protocol's int64: it used to end the ListAndWatch stream, and every
+    # device of the resource disappeared from the node for good.
+    address = node.path("/sys/class/drm/card1").resolve().parent.parent.name
+    node.write(f"{node.sysfs_of(address)}/numa_node", f"{2**63}\n")
+    proc = start_plugin(node, device_manager)
+    try:
+        res = device_manager.wait_resource(I915, capacity=2, allocatable=2)
+        numa = {card_index(d.id): d.numa for d in res.devices}
+        assert numa[0] == (0,) and not numa[1]
+        device_manager.wait_resource(XE, capacity=1, allocatable=1)
+        assert "out of range" in proc.log_path.read_text()
+        proc.check_alive()
+    finally:
+        proc.stop()

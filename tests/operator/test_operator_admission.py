@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from intel_device_plugins.operator import images
 from intel_device_plugins.operator.admission import default_patch, handle_review, routes
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 
@@ -35,9 +36,7 @@ def test_mutate_sets_default_image(kind: DeviceKind) -> None:
     resp = handle_review(kind, "mutate", review(kind, {"spec": {"logLevel": 1}}))
     assert resp["response"]["allowed"] is True and resp["response"]["uid"] == "u-1"
     assert resp["response"]["patchType"] == "JSONPatch"
-    assert decoded_patch(resp) == [
-        {"op": "add", "path": "/spec/image", "value": f"intel/intel-{kind.value}-plugin:0.36.0"}
-    ]
+    assert decoded_patch(resp) == [{"op": "add", "path": "/spec/image", "value": images.node_image()}]
 
 
 def test_mutate_replaces_empty_image_and_adds_missing_spec() -> None:

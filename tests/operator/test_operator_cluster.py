@@ -25,6 +25,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
 from intel_device_plugins.operator.reconcile import plan
 from intel_device_plugins.operator.validation import default_spec, validate_object
@@ -395,7 +396,8 @@ def test_sha_override_and_upgrade(installed: Installed, admin: KubeClient, crs: 
         return None if ds is None else str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
 
     assert eventually("NPU DaemonSet", lambda: image(DeviceKind.NPU, npu)) == NPU_SHA
-    assert eventually("GPU DaemonSet", lambda: image(DeviceKind.GPU, gpu)) == "intel/intel-gpu-plugin:0.36.0"
+    # upstream's 0.31.0 is older than the release this project replaces: the operator's plugin image runs
+    assert eventually("GPU DaemonSet", lambda: image(DeviceKind.GPU, gpu)) == node_image()
     # The CR keeps the user's intent: no drift for GitOps tools.
     assert admin.get(cr_path(DeviceKind.GPU, gpu))["spec"]["image"] == "intel/intel-gpu-plugin:0.31.0"
 
@@ -467,7 +469,7 @@ def test_api_server_defaults_image_and_validates_updates(kind: DeviceKind, admin
     name = unique("default")
     created = admin.create(cr_path(kind), cr_body(kind, name, {"nodeSelector": {TEST_LABEL: name}}))
     try:
-        assert created["spec"]["image"] == f"intel/intel-{kind.value}-plugin:0.36.0"
+        assert created["spec"]["image"] == node_image()
         with pytest.raises(ApiError) as err:
             admin.merge_patch(
                 cr_path(kind, name), {"spec": {"image": f"intel/intel-{kind.value}-plugin:devel"}}
@@ -504,7 +506,8 @@ def test_self_managed_certificate_is_issued_injected_and_served(
     ca_pem = base64.b64decode(data["ca.crt"])
     for resource, name in WEBHOOK_CONFIGS.items():
         hooks = admin.get(f"/apis/admissionregistration.k8s.io/v1/{resource}/{name}")["webhooks"]
-        assert len(hooks) == len(ALL_KINDS)
+        pod_hooks = 2 if resource.startswith("mutating") else 0  # the FPGA and SGX pod webhooks
+        assert len(hooks) == len(ALL_KINDS) + pod_hooks
         for hook in hooks:
             assert ca_pem in base64.b64decode(hook["clientConfig"]["caBundle"])
     # The served certificate verifies against the CA for the Service's DNS name, as the API server checks it.

@@ -22,13 +22,14 @@ from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 from intel_device_plugins.plugins import combined as combined_process
 
-SAMPLES = Path(__file__).parents[2] / "deploy" / "operator" / "samples"
+UPSTREAM_SAMPLES = Path(__file__).parent / "data" / "upstream_sample_daemonsets.yaml"
 NS = "inteldeviceplugins-system"
 SEVEN = [k for k in DeviceKind if k is not DeviceKind.FPGA]
 
 
 def sample_member(kind: DeviceKind) -> Member:
-    body = yaml.safe_load((SAMPLES / f"deviceplugin_v1_{kind.value}deviceplugin.yaml").read_text())
+    """Upstream's sample CR of ``kind`` (with init images, unlike this project's samples)."""
+    body = yaml.safe_load(UPSTREAM_SAMPLES.read_text())["samples"][kind.value]
     return Member(parse_spec(kind, body["spec"]), Owner(kind, body["metadata"]["name"], f"uid-{kind.value}"))
 
 
@@ -56,7 +57,8 @@ def test_every_kinds_mounts_and_init_containers_are_there() -> None:
     paths = [m["mountPath"] for m in container["volumeMounts"]]
     assert len(paths) == len(set(paths))
     volumes = {v["name"]: v for v in pod(ds)["volumes"]}
-    used = {m["name"] for c in [container, *pod(ds)["initContainers"]] for m in c["volumeMounts"]}
+    inits = pod(ds)["initContainers"]
+    used = {m["name"] for c in [container, *inits] for m in c["volumeMounts"]}
     assert used == set(volumes)
     for member in members:
         single = pod(desired_daemonset(member.spec, member.owner, NS))
@@ -71,7 +73,7 @@ def test_every_kinds_mounts_and_init_containers_are_there() -> None:
             if not mount.get("readOnly"):
                 assert not combined_mount.get("readOnly"), mount
         for init in single.get("initContainers") or ():
-            assert init["name"] in {c["name"] for c in pod(ds)["initContainers"]}
+            assert init["name"] in {c["name"] for c in inits}
     env = {e["name"] for e in container["env"]}
     assert env == {"NODE_NAME", "HOST_IP"}
     assert pod(ds)["automountServiceAccountToken"] is False

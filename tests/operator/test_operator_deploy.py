@@ -158,7 +158,7 @@ def test_device_overlays(kind: DeviceKind) -> None:
     (dep,) = by_kind(docs, "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert [a for a in args if a.startswith("--devices")] == [f"--devices={kind.value}"]
-    assert len(by_kind(docs, "CustomResourceDefinition")) == len(ALL_KINDS)
+    assert len(by_kind(docs, "CustomResourceDefinition")) == len(ALL_KINDS) + 2  # and two fpga.intel.com
 
 
 def test_nfd_rules_label_every_sample_selector() -> None:

@@ -25,6 +25,7 @@ from aiohttp import web
 from intel_device_plugins.operator.combined import COMBINED_NAME
 from intel_device_plugins.operator.controller import ControllerConfig, run_controllers
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, DeviceKind
 from intel_device_plugins.operator.metrics import Metrics
 
@@ -385,7 +386,7 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
             "apiVersion": f"{GROUP}/v1",
             "kind": gpu.kind,
             "metadata": {"name": "a"},
-            "spec": {"image": "intel/intel-gpu-plugin:0.36.0", "sharedDevNum": 3},
+            "spec": {"image": node_image(), "sharedDevNum": 3},
         },
         "ADDED",
     )
@@ -412,8 +413,7 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
         cluster.put(ds_key, edited, "MODIFIED")
         await eventually(
             lambda: (
-                cluster.objects[ds_key]["spec"]["template"]["spec"]["containers"][0]["image"]
-                == "intel/intel-gpu-plugin:0.36.0"
+                cluster.objects[ds_key]["spec"]["template"]["spec"]["containers"][0]["image"] == node_image()
             )
         )
         cluster.delete(ds_key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.reconcile import (
     CONDITION_NODE_CONFLICT,
@@ -51,9 +52,7 @@ def test_plan_builds_owned_daemonset_with_effective_image() -> None:
     p = plan(DeviceKind.GPU, cr(spec={"image": "intel/intel-gpu-plugin:0.31.0"}), {}, NS, "secret")
     assert p.daemonset is not None and not p.errors
     assert p.daemonset["metadata"]["ownerReferences"][0]["uid"] == "uid-a"
-    assert (
-        p.daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == "intel/intel-gpu-plugin:0.36.0"
-    )
+    assert p.daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == node_image()
     assert len(p.image_notes) == 1
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from intel_device_plugins.operator.images import PROJECT_VERSION, node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.operator.validation import MESSAGE_PREFIX, default_spec, validate_object
 
@@ -230,7 +231,7 @@ def test_old_version_is_accepted_with_warning() -> None:
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
 def test_defaulting_sets_image_only_when_empty(kind: DeviceKind) -> None:
     defaulted = default_spec(kind, {"logLevel": 2})
-    assert defaulted == {"logLevel": 2, "image": f"intel/intel-{kind.value}-plugin:{V}"}
+    assert defaulted == {"logLevel": 2, "image": node_image()}
     assert validate_object(kind, {"spec": defaulted}).allowed
     assert default_spec(kind, {"image": "x/y:1.0.0"})["image"] == "x/y:1.0.0"
-    assert default_spec(kind, None)["image"].endswith(f":{V}")
+    assert default_spec(kind, None)["image"].endswith(f":{PROJECT_VERSION}")

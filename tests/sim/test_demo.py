@@ -24,6 +24,8 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     ):
         assert resource in output
     assert "env QAT0=" in output
+    assert "fpga.intel.com/af-ce4.d84." in output and "CDI intel.cdi.k8s.io/fpga=dfl-fme." in output
+    assert "createRuntime hook path: /opt/intel/fpga-sw/intel-fpga-crihook" in output
 
 
 def test_demo_on_a_custom_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,8 +7,11 @@ kubelet passes on.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-import tempfile
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,30 @@ from intel_device_plugins.deviceplugin.model import CdiDevice, Mount
 CDI_VERSION = "0.5.0"
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 VENDOR_KIND_PREFIX = "intel.cdi.k8s.io"
+
+TEMPORARY_SUFFIX = ".tmp"
+"""CDI consumers load every ``*.yaml`` and ``*.json`` in the directory, hidden files included; a
+file being written must end in neither."""
+STALE_TEMPORARY_SECONDS = 60.0
+"""A temporary file this old was left by a process killed mid-write (writing one takes milliseconds)."""
+_OUR_TEMPORARY = re.compile(r"^\..+\.yaml\.[0-9a-f]+\.tmp$")
+_OLD_TEMPORARY = re.compile(r"^\.tmp-.+\.yaml$")
+"""What earlier versions wrote, which CDI consumers took for a (broken) spec."""
+
+log = logging.getLogger(__name__)
+
+
+class CdiWriteError(OSError):
+    """A spec that cannot be written; ``str()`` names the file, the errno and its meaning."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        code = error.errno or 0
+        super().__init__(code, error.strerror or str(error), os.fspath(path))
+        self.path = path
+
+    def __str__(self) -> str:
+        name = os.strerror(self.errno) if self.errno else self.strerror
+        return f"cannot write CDI spec {self.path}: errno {self.errno} ({name})"
 
 
 def _mount_entry(mount: Mount, device: CdiDevice) -> dict[str, Any]:
@@ -55,26 +82,66 @@ def cdi_spec_file_name(device: CdiDevice) -> str:
 def write_cdi_spec(cdi_dir: Path, device: CdiDevice) -> Path:
     """Write the device's spec file (mode 0644) unless an identical one is already there.
 
-    The write is atomic (temporary file plus rename), so a runtime never reads half a spec.
-    Raises ``OSError`` naming the path when the directory cannot be written.
+    The write is atomic (a temporary ``.<name>.<random>.tmp``, which CDI consumers ignore, then a
+    rename), so a runtime never reads half a spec. Raises :class:`CdiWriteError` naming the file and
+    the errno when it cannot be written (directory missing and not creatable, a file in its place,
+    disk full, read-only).
     """
     import yaml  # only needed when a spec is written; keeps plugin start-up lean
 
     path = cdi_dir / cdi_spec_file_name(device)
-    content = yaml.safe_dump(cdi_spec_document(device), sort_keys=False)
+    content = yaml.safe_dump(cdi_spec_document(device), sort_keys=False).encode("utf-8")
     try:
-        if path.read_text(encoding="utf-8") == content:
+        if path.read_bytes() == content:
             return path
     except OSError:
         pass
-    cdi_dir.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=cdi_dir, prefix=".tmp-", suffix=".yaml")
+    temporary = cdi_dir / f".{path.name}.{os.urandom(4).hex()}{TEMPORARY_SUFFIX}"
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(content)
-        os.chmod(temporary, 0o644)
+        cdi_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            written = 0
+            while written < len(content):
+                written += os.write(fd, content[written:])
+            os.fchmod(fd, 0o644)
+        finally:
+            os.close(fd)
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise CdiWriteError(path, error) from error
         raise
     return path
+
+
+def remove_stale_cdi_temporaries(cdi_dir: Path, older_than: float = STALE_TEMPORARY_SECONDS) -> list[Path]:
+    """Remove temporary files left by writers killed mid-write; the removed paths.
+
+    Only names this module writes (and wrote in earlier versions) are touched, and only when older than
+    ``older_than`` seconds, so a write in progress in another plugin process sharing the directory is
+    left alone.
+    """
+    removed: list[Path] = []
+    try:
+        names = os.listdir(cdi_dir)
+    except OSError:
+        return removed
+    now = time.time()
+    for name in names:
+        if not (_OUR_TEMPORARY.match(name) or _OLD_TEMPORARY.match(name)):
+            continue
+        path = cdi_dir / name
+        try:
+            if now - path.lstat().st_mtime < older_than:
+                continue
+            path.unlink()
+        except OSError as error:
+            log.warning("cannot remove stale temporary CDI file %s: %s", path, error)
+            continue
+        removed.append(path)
+    if removed:
+        log.info("removed %d stale temporary file(s) from %s", len(removed), cdi_dir)
+    return removed

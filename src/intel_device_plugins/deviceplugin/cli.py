@@ -13,67 +13,21 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from intel_device_plugins.deviceplugin.manager import serve_plugins
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
+from intel_device_plugins.flags import PluginArgumentParser, parse_bool, positive_float, positive_int
+
+__all__ = ["PluginArgumentParser", "parse_bool", "positive_float", "positive_int"]
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_CDI_DIR = "/var/run/cdi"
 DEFAULT_SCAN_INTERVAL = 1.0
-
-
-class PluginArgumentParser(argparse.ArgumentParser):
-    """An argument parser whose long flags work with one or two dashes.
-
-    Abbreviations are refused (``-shared 2`` is an error, as with Go's flag package): an abbreviation
-    that works today silently changes meaning when a flag is added tomorrow.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def _get_option_tuples(self, option_string: str) -> list[Any]:
-        # argparse in Python 3.11 still matches single-dash prefixes with allow_abbrev=False.
-        return []
-
-    def add_flag(self, name: str, **kwargs: Any) -> argparse.Action:
-        return self.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)
-
-    def add_bool_flag(self, name: str, **kwargs: Any) -> argparse.Action:
-        """A Go-style boolean flag: ``-name``, ``-name=true`` or ``-name=false``."""
-        return self.add_flag(name, nargs="?", const=True, default=False, type=parse_bool, **kwargs)
-
-
-def parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "t", "true", "yes"):
-        return True
-    if lowered in ("0", "f", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be greater than 0")
-    return value
+"""Polling interval of plugins that are not event-driven."""
+DEFAULT_EVENT_RESCAN_INTERVAL = 60.0
+"""Safety rescan interval of event-driven plugins."""
 
 
 def new_parser(program: str, description: str) -> PluginArgumentParser:
@@ -85,18 +39,28 @@ def new_parser(program: str, description: str) -> PluginArgumentParser:
     parser.add_flag(
         "scan-interval",
         type=positive_float,
-        default=DEFAULT_SCAN_INTERVAL,
-        help="seconds between device scans",
+        default=None,
+        help=f"seconds between device scans (default: {DEFAULT_SCAN_INTERVAL:g}, or"
+        f" {DEFAULT_EVENT_RESCAN_INTERVAL:g} for plugins that rescan on kernel and inotify events)",
+    )
+    parser.add_flag(
+        "uevent-dir",
+        default=None,
+        help="simulated nodes: take uevents from datagram sockets in this directory, not the kernel",
     )
     parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0: info)")
     return parser
 
 
 def framework_config(args: argparse.Namespace) -> FrameworkConfig:
+    """The framework's settings; an explicit ``-scan-interval`` applies to every plugin."""
+    explicit = args.scan_interval
     return FrameworkConfig(
         device_plugin_dir=Path(args.device_plugin_dir),
         cdi_dir=Path(args.cdi_dir),
-        scan_interval=args.scan_interval,
+        scan_interval=explicit or DEFAULT_SCAN_INTERVAL,
+        event_rescan_interval=explicit or DEFAULT_EVENT_RESCAN_INTERVAL,
+        uevent_dir=Path(args.uevent_dir) if args.uevent_dir else None,
     )
 
 
@@ -133,5 +97,11 @@ def run_plugin_command(
         plugins = build_plugins(args)
     except ValueError as error:
         parser.error(str(error))
-    asyncio.run(serve_until_signalled(plugins, framework_config(args)))
+    return serve_and_exit(plugins, framework_config(args))
+
+
+def serve_and_exit(plugins: Sequence[Scanner], config: FrameworkConfig) -> int:
+    """Serve until signalled; exit 0 even when a scan thread is stuck in a read (it is left behind)."""
+    asyncio.run(serve_until_signalled(plugins, config))
+    exit_leaving_stuck_threads(0)
     return 0

@@ -6,10 +6,17 @@ any gRPC or filesystem involved.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
+
+MAX_NUMA_NODE = 1023
+"""Linux has at most 1024 NUMA nodes (``CONFIG_NODES_SHIFT`` is at most 10); a higher ID is garbage."""
+
+RESOURCE_TYPE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+"""What the kubelet accepts after ``<namespace>/`` in a resource name."""
 
 
 class Health(StrEnum):
@@ -175,3 +182,83 @@ def default_allocation(devices: DeviceMap, requested_ids: tuple[str, ...] | list
         annotations=annotations,
         cdi_devices=tuple(cdi_names),
     )
+
+
+# ----- checking what a scan returned ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckedDevices:
+    """A resource's devices as they can be served, and why anything was changed or left out."""
+
+    devices: DeviceMap
+    problems: tuple[str, ...] = ()
+
+
+def _unencodable(texts: Iterable[str]) -> str | None:
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return text
+    return None
+
+
+def _texts(info: DeviceInfo) -> Iterable[str]:
+    for node in info.nodes:
+        yield from (node.host_path, node.container_path, node.permissions)
+    for mount in info.mounts:
+        yield from (mount.host_path, mount.container_path)
+    yield from info.envs.keys()
+    yield from info.envs.values()
+    yield from info.annotations.keys()
+    yield from info.annotations.values()
+    if info.cdi is not None:
+        yield info.cdi.qualified_name
+
+
+def _bad_numa(nodes: tuple[int, ...]) -> list[object]:
+    return [n for n in nodes if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_NUMA_NODE]
+
+
+def _check_info(label: str, info: DeviceInfo) -> tuple[DeviceInfo | None, str]:
+    if not isinstance(info, DeviceInfo) or not isinstance(info.health, Health):
+        return None, f"{label}: not a valid device description; left out"
+    bad_text = _unencodable(_texts(info))
+    if bad_text is not None:
+        return None, f"{label}: {bad_text!r} is not valid UTF-8; left out"
+    bad_numa = _bad_numa(info.numa_nodes)
+    if bad_numa:
+        problem = (
+            f"{label}: NUMA node(s) {', '.join(map(repr, bad_numa))} out of range (0 to {MAX_NUMA_NODE});"
+            " no NUMA topology reported"
+        )
+        return replace(info, numa_nodes=()), problem
+    return info, ""
+
+
+def check_devices(resource_name: str, devices: DeviceMap) -> CheckedDevices:
+    """Make a scanned device map safe to serve: every value must fit the kubelet's protocol.
+
+    A device whose NUMA nodes are out of range keeps serving without a NUMA hint; a device with an ID
+    or a text that cannot be sent (empty, or not encodable as UTF-8) is left out. Each case is one
+    problem line naming the device. Devices sharing one ``DeviceInfo`` are checked once.
+    """
+    problems: list[str] = []
+    checked: dict[str, DeviceInfo] = {}
+    seen: dict[int, tuple[DeviceInfo | None, str]] = {}
+    for device_id, info in devices.items():
+        if not isinstance(device_id, str) or not device_id or _unencodable((device_id,)) is not None:
+            problems.append(f"{resource_name}: device ID {device_id!r} cannot be advertised; left out")
+            continue
+        outcome = seen.get(id(info))
+        if outcome is None:
+            outcome = seen[id(info)] = _check_info(f"{resource_name} device {device_id}", info)
+        good, problem = outcome
+        if problem:
+            problems.append(problem)
+        if good is not None:
+            checked[device_id] = good
+    if not problems:
+        return CheckedDevices(devices)
+    return CheckedDevices(MappingProxyType(checked), tuple(dict.fromkeys(problems)))

@@ -6,7 +6,7 @@ what it needs. All hooks are plain synchronous functions over typed data; they n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -18,9 +18,11 @@ class Scanner(Protocol):
     """The one mandatory part of a plugin.
 
     ``scan`` is called periodically and whenever a watched path changes; it returns the complete
-    current tree. It must be quick (it runs on the event loop) and should not raise for a single
-    bad device: report that device Unhealthy or leave it out, and log why. If it raises anyway, the
-    framework logs the error and keeps serving the previous tree.
+    current tree. It runs on a worker thread of its own (one per plugin, never two scans at once),
+    while the hooks below run on the event loop: state a hook reads must not be left half-updated by
+    a scan. It should not raise for a single bad device: report that device Unhealthy or leave it
+    out, and log why. If it raises anyway, the framework logs the error and keeps serving the
+    previous tree; if it hangs, the framework reports where and keeps serving the previous tree.
     """
 
     @property
@@ -36,6 +38,19 @@ class WatchesPaths(Protocol):
     """Optional: directories whose changes should trigger an immediate rescan (hot-plug)."""
 
     def watch_paths(self) -> Sequence[Path]: ...
+
+
+@runtime_checkable
+class EventDriven(Protocol):
+    """Optional: every change the plugin cares about shows up as an event.
+
+    The plugin declares that its devices change only together with a kernel uevent of one of these
+    subsystems (e.g. ``drm``, ``pci``) or an entry in one of its ``watch_paths``. The framework then
+    rescans on those events and otherwise only as a slow safety net (``event_rescan_interval``,
+    60 s unless ``-scan-interval`` is given), instead of polling.
+    """
+
+    def uevent_subsystems(self) -> Collection[str]: ...
 
 
 @runtime_checkable

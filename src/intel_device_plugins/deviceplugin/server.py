@@ -1,9 +1,15 @@
 """One kubelet-facing gRPC server per resource: serving, registration and staying registered.
 
 The server is supervised level-based: a single ``reconcile`` step checks "is my socket there and
-mine, is the kubelet I registered with still the one listening" and repairs whatever is off. It
-runs on every inotify event in the plugin directory and once a second as a safety net, so a kubelet
-restart (which deletes our socket) leads to a new socket and a new registration within a second.
+mine, is the kubelet I registered with still the one listening, does it still watch my devices" and
+repairs whatever is off. It runs on every inotify event in the plugin directory, so a kubelet restart
+(which deletes our socket) leads to a new socket and a new registration within milliseconds, and as
+a safety net every second without inotify, every 30 s with it.
+
+ListAndWatch never ends because of something on this side: the device list is built when it
+changes, not in the stream, and a list that cannot be built is logged while the last good one stays
+served. Should the kubelet's stream end while this server keeps running (and no new stream follow
+within a second), the resource registers again, which makes the kubelet open a new one.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import os
 import socket
 import stat
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +31,7 @@ import grpc.aio
 from intel_device_plugins.deviceplugin.allocation import check_preferred, fallback_choice
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from intel_device_plugins.deviceplugin.cdi import write_cdi_spec
+from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_spec
 from intel_device_plugins.deviceplugin.model import (
     AllocationError,
     CdiDevice,
@@ -45,7 +52,11 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1beta1"
 KUBELET_SOCKET_NAME = "kubelet.sock"
 RECHECK_INTERVAL = 1.0
-"""Seconds between level checks when no inotify event arrives."""
+"""Seconds between level checks when the plugin directory is not watched by inotify."""
+SAFETY_RECHECK_INTERVAL = 30.0
+"""Seconds between level checks while inotify reports every change in the plugin directory."""
+STREAM_GRACE = 1.0
+"""Seconds without any ListAndWatch stream, after one ended, before registering again."""
 MAX_RETRY_INTERVAL = 1.0
 """Backoff cap while the kubelet is unreachable; keeps re-registration within a second."""
 FIRST_RETRY_INTERVAL = 0.05
@@ -59,6 +70,13 @@ class FrameworkConfig:
     device_plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
     cdi_dir: Path = Path("/var/run/cdi")
     scan_interval: float = 1.0
+    """Seconds between scans of plugins that are polled (and of event-driven ones without events)."""
+    event_rescan_interval: float = 60.0
+    """Seconds between safety rescans of event-driven plugins while their event sources work."""
+    scan_deadline: float = 5.0
+    """Seconds a scan may take before it is reported as stuck."""
+    uevent_dir: Path | None = None
+    """Simulated nodes: read uevents from datagram sockets in this directory instead of the kernel."""
 
     @property
     def kubelet_socket(self) -> Path:
@@ -121,7 +139,13 @@ def _inode(path: Path) -> tuple[int, int] | None:
 class ResourceServer(pb_grpc.DevicePluginServicer):
     """Serves one resource (``<namespace>/<resource>``) to the kubelet."""
 
-    def __init__(self, plugin: Scanner, resource: str, config: FrameworkConfig) -> None:
+    def __init__(
+        self,
+        plugin: Scanner,
+        resource: str,
+        config: FrameworkConfig,
+        recheck_interval: Callable[[], float] | None = None,
+    ) -> None:
         self.plugin = plugin
         self.resource = resource
         self.config = config
@@ -129,7 +153,11 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self.socket_name = f"{plugin.namespace}-{resource}.sock"
         self.socket_path = config.device_plugin_dir / self.socket_name
         self._devices: DeviceMap = {}
+        self._message = pb.ListAndWatchResponse()
         self._version = 0
+        self._recheck_interval = recheck_interval or (lambda: RECHECK_INTERVAL)
+        self._open_streams = 0
+        self._stream_lost_at: float | None = None
         self._changed = asyncio.Condition()
         self._server: grpc.aio.Server | None = None
         self._socket_identity: tuple[int, int] | None = None
@@ -154,9 +182,19 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         return self._devices
 
     async def update(self, devices: DeviceMap) -> None:
-        """Replace the advertised devices; every open ListAndWatch stream sends the new list."""
+        """Replace the advertised devices; every open ListAndWatch stream sends the new list.
+
+        A list that cannot be turned into a message is logged and not served; the last good one
+        stays (and Allocate keeps using the devices that went with it).
+        """
+        try:
+            message = pb.ListAndWatchResponse(devices=to_proto_devices(devices))
+        except Exception:
+            log.exception("%s: cannot build the device list; keeping the previous one", self.resource_name)
+            return
         async with self._changed:
             self._devices = devices
+            self._message = message
             self._version += 1
             self._changed.notify_all()
 
@@ -172,7 +210,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         while not self._stopping:
             self._wake.clear()
             if await self.reconcile():
-                delay, retry = RECHECK_INTERVAL, FIRST_RETRY_INTERVAL
+                delay, retry = self._recheck_interval(), FIRST_RETRY_INTERVAL
             else:
                 delay, retry = retry, min(retry * 2, MAX_RETRY_INTERVAL)
             with contextlib.suppress(TimeoutError):
@@ -191,8 +229,13 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
                     f"kubelet socket {self.config.kubelet_socket} not found; waiting for the kubelet"
                 )
                 return False
-            if kubelet != self._registered_with:
+            if kubelet != self._registered_with or self._stream_lost():
+                if kubelet == self._registered_with:
+                    log.warning(
+                        "%s: the kubelet stopped watching the devices; registering again", self.resource_name
+                    )
                 await self._register()
+                self._stream_lost_at = None
                 self._registered_with = kubelet
                 self.registrations += 1
                 self._last_problem = ""
@@ -201,6 +244,14 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         except (OSError, grpc.aio.AioRpcError, RuntimeError) as error:
             self._problem(f"{self.resource_name}: {error}")
             return False
+
+    def _stream_lost(self) -> bool:
+        """A ListAndWatch stream ended and none has been open for ``STREAM_GRACE`` seconds since."""
+        return (
+            self._open_streams == 0
+            and self._stream_lost_at is not None
+            and time.monotonic() - self._stream_lost_at >= STREAM_GRACE
+        )
 
     def _problem(self, message: str) -> None:
         """Log a persistent problem once, not on every retry."""
@@ -274,14 +325,29 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse]
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         sent_version = -1
-        while True:
-            async with self._changed:
-                await self._changed.wait_for(self._news_since(sent_version))
-                if self._stopping:
-                    return
-                sent_version = self._version
-                devices = self._devices
-            yield pb.ListAndWatchResponse(devices=to_proto_devices(devices))
+        self._open_streams += 1
+        self._stream_lost_at = None
+        try:
+            while True:
+                try:
+                    async with self._changed:
+                        await self._changed.wait_for(self._news_since(sent_version))
+                        if self._stopping:
+                            return
+                        sent_version = self._version
+                        message = self._message
+                except Exception:
+                    # Never end the kubelet's stream over a fault here: the devices would vanish.
+                    log.exception("%s: ListAndWatch failed; the stream stays open", self.resource_name)
+                    await asyncio.sleep(RECHECK_INTERVAL)
+                    continue
+                yield message
+        finally:
+            self._open_streams -= 1
+            if not self._stopping and self._open_streams == 0:
+                self._stream_lost_at = time.monotonic()
+                with contextlib.suppress(RuntimeError):
+                    asyncio.get_running_loop().call_later(STREAM_GRACE + 0.05, self._wake.set)
 
     def _news_since(self, version: int) -> Callable[[], bool]:
         return lambda: self._stopping or self._version != version
@@ -305,7 +371,12 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
                 await context.abort(
                     grpc.StatusCode.INTERNAL, f"{self.resource_name}: allocation failed: {error}"
                 )
-            self._write_cdi_specs(devices, ids)
+            try:
+                self._write_cdi_specs(devices, ids)
+            except CdiWriteError as error:
+                # Handing out a CDI name without its spec would fail the pod later, obscurely.
+                log.error("%s: Allocate of %s failed: %s", self.resource_name, ids, error)
+                await context.abort(grpc.StatusCode.INTERNAL, f"{self.resource_name}: {error}")
             responses.append(to_proto_allocation(allocation))
         return pb.AllocateResponse(container_responses=responses)
 
@@ -321,7 +392,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         return allocation
 
     def _write_cdi_specs(self, devices: DeviceMap, ids: Sequence[str]) -> None:
-        """Make sure the runtime can resolve every CDI name handed out.
+        """Make sure the runtime can resolve every CDI name handed out; raises ``CdiWriteError``.
 
         A spec written before is only checked for existence (``/var/run`` is emptied on reboot);
         a changed device gets its spec rewritten.
@@ -333,16 +404,8 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             known = self._cdi_written.get(info.cdi.qualified_name)
             if known is not None and known[0] == info.cdi and os.path.exists(known[1]):
                 continue
-            try:
-                path = write_cdi_spec(self.config.cdi_dir, info.cdi)
-                self._cdi_written[info.cdi.qualified_name] = (info.cdi, path)
-            except OSError as error:
-                log.error(
-                    "cannot write CDI spec for %s in %s: %s",
-                    info.cdi.qualified_name,
-                    self.config.cdi_dir,
-                    error,
-                )
+            path = write_cdi_spec(self.config.cdi_dir, info.cdi)
+            self._cdi_written[info.cdi.qualified_name] = (info.cdi, path)
 
     async def GetPreferredAllocation(
         self,

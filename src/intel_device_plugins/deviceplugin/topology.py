@@ -7,10 +7,14 @@ be mapped to sysfs through ``/sys/dev/<char|block>/<major>:<minor>`` with :func:
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+
+from intel_device_plugins.deviceplugin.model import MAX_NUMA_NODE
+from intel_device_plugins.sysfs import UnreadableAttribute, read_attribute
 
 
 class TopologyError(ValueError):
@@ -18,11 +22,13 @@ class TopologyError(ValueError):
 
 
 def _read_trimmed(path: str) -> str:
+    """An attribute's text; ``""`` when it is absent. Present but unreadable is a ``TopologyError``."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as stream:
-            return stream.read().strip()
-    except OSError:
-        return ""
+        return read_attribute(path).strip()
+    except UnreadableAttribute as error:
+        if error.errno == errno.ENOENT:
+            return ""
+        raise TopologyError(str(error)) from None
 
 
 def _parse_numa(value: str, source: str) -> tuple[int, ...]:
@@ -37,6 +43,8 @@ def _parse_numa(value: str, source: str) -> tuple[int, ...]:
             raise TopologyError(f"{source}: NUMA node {item!r} is not an integer") from None
         if node < 0:
             raise TopologyError(f"{source}: NUMA node {node} is negative")
+        if node > MAX_NUMA_NODE:
+            raise TopologyError(f"{source}: NUMA node {node} is out of range (0 to {MAX_NUMA_NODE})")
         nodes.append(node)
     return tuple(nodes)
 

@@ -18,17 +18,20 @@ import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 from lightkube import AsyncClient
 
+from intel_device_plugins.operator import images
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
 from intel_device_plugins.operator.webhook_server import (
+    ReviewHandler,
+    RunningServer,
     ServingCert,
     health_app,
     metrics_app,
@@ -36,6 +39,12 @@ from intel_device_plugins.operator.webhook_server import (
     start,
     webhook_app,
 )
+from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
+from intel_device_plugins.webhooks.store import MappingStore
+from intel_device_plugins.webhooks.watch import follow_all
+
+if TYPE_CHECKING:
+    from intel_device_plugins.operator.selfcerts import SelfManagedCerts
 
 DEFAULT_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
 log = logging.getLogger("intel_deviceplugin_operator")
@@ -95,8 +104,22 @@ def parser() -> argparse.ArgumentParser:
         metavar="DEVICE",
         help="enable this device's controller (repeatable): " + " ".join(k.value for k in DeviceKind),
     )
-    p.add_argument("--webhook-port", type=int, default=9443)
-    p.add_argument("--webhook-cert-dir", default=DEFAULT_CERT_DIR)
+    p.add_argument(
+        "--deviceplugin-image",
+        default="",
+        help=f"plugin image for CRs asking for this project's or upstream's default "
+        f"(env {images.PLUGIN_IMAGE_ENV}; default {images.node_image()})",
+    )
+    add_webhook_flags(p)
+    p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
+    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
+    return p
+
+
+def add_webhook_flags(p: argparse.ArgumentParser) -> None:
+    """The webhook server's port and certificate flags, shared with the standalone pod webhooks."""
+    p.add_argument("--webhook-port", type=int, default=9443, help="webhook HTTPS port")
+    p.add_argument("--webhook-cert-dir", default=DEFAULT_CERT_DIR, help="directory of tls.crt and tls.key")
     p.add_argument(
         "--webhook-cert-mode",
         choices=("files", "self-managed"),
@@ -111,9 +134,24 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="webhook configuration to inject the CA into (self-managed mode, repeatable)",
     )
-    p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
-    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
-    return p
+
+
+def self_managed_certs(client: AsyncClient, opts: argparse.Namespace, namespace: str) -> SelfManagedCerts:
+    """The self-managed certificate keeper for the flags of ``add_webhook_flags``."""
+    # imported here: the default cert-manager install never needs the certificate code
+    from intel_device_plugins.operator.certdata import service_dns_names
+    from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+
+    return SelfManagedCerts(
+        client,
+        SelfManagedConfig(
+            namespace,
+            opts.webhook_secret,
+            service_dns_names(opts.webhook_service, namespace),
+            tuple(opts.webhook_configuration),
+            Path(opts.webhook_cert_dir),
+        ),
+    )
 
 
 def normalise_dashes(argv: Sequence[str], p: argparse.ArgumentParser) -> list[str]:
@@ -143,9 +181,13 @@ def select_devices(values: Sequence[str] | None) -> tuple[DeviceKind, ...]:
     return tuple(chosen)
 
 
-def image_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The ``*_SHA`` image overrides from the environment."""
-    return {k: v for k, v in env.items() if k.endswith("_SHA") and v}
+def image_env(env: Mapping[str, str], plugin_image: str = "") -> dict[str, str]:
+    """The ``*_SHA`` image overrides and the plugin image (flag, else environment) for upgrade.py."""
+    out = {k: v for k, v in env.items() if k.endswith("_SHA") and v}
+    chosen = plugin_image or env.get(images.PLUGIN_IMAGE_ENV, "")
+    if chosen:
+        out[images.PLUGIN_IMAGE_ENV] = chosen
+    return out
 
 
 def combined_mode(flag: bool, env: Mapping[str, str]) -> bool:
@@ -178,26 +220,20 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
     client = AsyncClient(field_manager=FIELD_MANAGER)
     serving = ServingCert(Path(opts.webhook_cert_dir))
     background: list[asyncio.Task[None]] = []
-    runners = []
+    runners: list[RunningServer] = []
     webhook_started = asyncio.Event()
+    pod_webhooks: dict[str, ReviewHandler] = {}
     try:
+        if DeviceKind.FPGA in kinds:
+            # Every replica serves admission, so every replica follows the mappings (not only the leader).
+            store = MappingStore()
+            background.append(asyncio.create_task(follow_all(client, store)))
+            # Readiness does not wait for the mappings: the CR webhooks must not depend on them.
+            pod_webhooks[FPGA_PATH] = fpga_review(store)
+        if DeviceKind.SGX in kinds:
+            pod_webhooks[SGX_PATH] = sgx_review
         if opts.webhook_cert_mode == "self-managed":
-            # imported here: the certificate code loads cryptography (about 8 MiB), which the default
-            # cert-manager install never needs
-            from intel_device_plugins.operator.certs import service_dns_names
-            from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
-
-            certs = SelfManagedCerts(
-                client,
-                SelfManagedConfig(
-                    namespace,
-                    opts.webhook_secret,
-                    service_dns_names(opts.webhook_service, namespace),
-                    tuple(opts.webhook_configuration),
-                    Path(opts.webhook_cert_dir),
-                ),
-            )
-            background.append(asyncio.create_task(certs.run()))
+            background.append(asyncio.create_task(self_managed_certs(client, opts, namespace).run()))
         background.append(asyncio.create_task(serving.watch(2.0)))
         host, port = parse_bind(opts.health_probe_bind_address)
         if port:
@@ -224,14 +260,14 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
             )
 
         async def serve_webhooks() -> None:
-            await serve(webhook_app(metrics), "", opts.webhook_port, True, "webhook server")
+            await serve(webhook_app(metrics, pod_webhooks), "", opts.webhook_port, True, "webhook server")
             webhook_started.set()
 
         background.append(asyncio.create_task(serve_webhooks()))
         config = ControllerConfig(
             namespace,
             kinds,
-            image_env(env),
+            image_env(env, opts.deviceplugin_image),
             env.get("DEVICEPLUGIN_SECRET", ""),
             workers=opts.workers,
             combined=combined_mode(opts.combined_plugin_process, env),
@@ -279,6 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         combined_mode(opts.combined_plugin_process, os.environ)
     except UsageError as exc:
         log.error("%s", exc)
+        return 1
+    plugin_image = image_env(os.environ, opts.deviceplugin_image).get(images.PLUGIN_IMAGE_ENV, "")
+    if problem := images.plugin_image_problem(plugin_image):
+        log.error("--deviceplugin-image/%s: %s", images.PLUGIN_IMAGE_ENV, problem)
         return 1
 
     async def runner() -> int:

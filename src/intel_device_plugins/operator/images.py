@@ -1,28 +1,59 @@
 """Every container image name the operator knows, in one place.
 
-Upstream's image names are kept so that custom resources written for the upstream operator validate unchanged;
-this project publishes its own plugin builds under the same names. No other module spells an image.
+This project's images are named ``<prefix>/<name>:<version>``: the prefix (registry and path, default the
+unqualified ``intel-device-plugins``) is chosen at install time, the tag is the package version. One node
+image holds every plugin (the DaemonSet picks one with ``command``), so every kind defaults to it.
+
+Upstream's image names stay valid in CRs. How versions relate (see docs/install.md, "Image versions"):
+- our images carry our own semantic version (the package version), not upstream's numbers;
+- this release replaces upstream's :data:`UPSTREAM_VERSION`; a CR naming upstream's plugin image at that
+  version or below gets the operator's plugin image (upstream's rule raised such tags to that version, and
+  our image is its drop-in replacement); a newer upstream tag or a digest is deployed as written;
+- a CR naming our node image at the operator's version or below gets the operator's configured plugin image
+  (so upgrading the operator upgrades the plugins, as upstream's minimum-version rule did).
+No module other than this one spells an image.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Final
 
+from intel_device_plugins.operator.imageref import parse_image
 from intel_device_plugins.operator.kinds import DeviceKind
 
-#: Tag that this operator deploys by default and the lowest tag it accepts for a plugin image.
-PLUGIN_IMAGE_VERSION: Final = "0.36.0"
 
-#: Registry namespace (vendor path) of the default images.
-IMAGE_VENDOR: Final = "intel"
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("intel-device-plugins")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - the package is always installed
+        return "0.0.0"
 
-#: Image of the operator itself, referenced by the kustomize manifests.
+
+#: Version of this project; the tag of its images.
+PROJECT_VERSION: Final = _package_version()
+
+#: Upstream release that this project replaces; also the lowest tag kept for upstream's init images.
+UPSTREAM_VERSION: Final = "0.36.0"
+
+#: Registry namespace (vendor path) of upstream's images, named in messages and migration notes only.
+UPSTREAM_VENDOR: Final = "intel"
+
+#: Default repository prefix of this project's images: unqualified, so the runtime's registry settings
+#: decide where it comes from until an installation names its own registry.
+DEFAULT_IMAGE_PREFIX: Final = "intel-device-plugins"
+
+#: Image names (last path segment) of this project's images, one per Containerfile target.
 OPERATOR_IMAGE_NAME: Final = "intel-deviceplugin-operator"
+NODE_IMAGE_NAME: Final = "intel-device-plugins-node"
 
-_PLUGIN_IMAGE_NAMES: Final[dict[DeviceKind, str]] = {k: f"intel-{k.value}-plugin" for k in DeviceKind}
+#: Environment variable (and, lower-cased, the operator flag ``--deviceplugin-image``) naming the plugin
+#: image the operator deploys for CRs that ask for this project's or upstream's default image.
+PLUGIN_IMAGE_ENV: Final = "DEVICEPLUGIN_IMAGE"
 
 #: Init image names the validator expects. DLB and FPGA use the names the shipped images really have
 #: (``…-initcontainer``); upstream's validator expected ``…-initimage`` and so rejected its own samples.
+#: This project builds no init images: a CR that wants an init container names one explicitly.
 _INIT_IMAGE_NAMES: Final[dict[DeviceKind, str]] = {
     DeviceKind.DLB: "intel-dlb-initcontainer",
     DeviceKind.DSA: "intel-idxd-config-initcontainer",
@@ -39,18 +70,40 @@ _LEGACY_INIT_IMAGE_NAMES: Final[dict[DeviceKind, str]] = {
     DeviceKind.FPGA: "intel-fpga-initimage",
 }
 
-#: Console scripts (upstream binary names) that the plugin containers run.
-_PLUGIN_COMMANDS: Final[dict[DeviceKind, str]] = {k: f"intel_{k.value}_device_plugin" for k in DeviceKind}
+
+def image(name: str, prefix: str = DEFAULT_IMAGE_PREFIX, tag: str = PROJECT_VERSION) -> str:
+    """``<prefix>/<name>:<tag>``; an empty prefix leaves the bare name."""
+    prefix = prefix.rstrip("/")
+    return f"{prefix}/{name}:{tag}" if prefix else f"{name}:{tag}"
 
 
-def plugin_image_name(kind: DeviceKind) -> str:
-    """Bare image name (last path segment, no tag) of the plugin for ``kind``."""
-    return _PLUGIN_IMAGE_NAMES[kind]
+def node_image(prefix: str = DEFAULT_IMAGE_PREFIX, tag: str = PROJECT_VERSION) -> str:
+    """This project's node image (every plugin and hook)."""
+    return image(NODE_IMAGE_NAME, prefix, tag)
+
+
+def operator_image(prefix: str = DEFAULT_IMAGE_PREFIX, tag: str = PROJECT_VERSION) -> str:
+    """This project's operator image, as the manifests and charts reference it."""
+    return image(OPERATOR_IMAGE_NAME, prefix, tag)
+
+
+def upstream_plugin_image_name(kind: DeviceKind) -> str:
+    """Upstream's image name for ``kind``'s plugin, e.g. ``intel-gpu-plugin``."""
+    return f"intel-{kind.value}-plugin"
+
+
+def plugin_image_names(kind: DeviceKind) -> tuple[str, ...]:
+    """Image names the validator accepts for ``kind``'s plugin: ours first, then upstream's."""
+    return (NODE_IMAGE_NAME, upstream_plugin_image_name(kind))
 
 
 def default_plugin_image(kind: DeviceKind) -> str:
-    """Full default reference, used when a CR leaves ``spec.image`` empty."""
-    return f"{IMAGE_VENDOR}/{_PLUGIN_IMAGE_NAMES[kind]}:{PLUGIN_IMAGE_VERSION}"
+    """Reference the defaulting webhook writes into an empty ``spec.image`` (the same for every kind).
+
+    The operator deploys its configured plugin image (``--deviceplugin-image``) for it; see upgrade.py.
+    """
+    del kind  # one node image serves every kind
+    return node_image()
 
 
 def init_image_name(kind: DeviceKind) -> str | None:
@@ -64,17 +117,31 @@ def accepted_init_image_names(kind: DeviceKind) -> tuple[str, ...]:
     return tuple(names)
 
 
+#: The one upstream image still implied: FPGA region mode needs the CRI hook installed on the host, a
+#: native program the container runtime runs outside any container, which upstream's init image carries and
+#: this project's Python environment cannot provide by copying a file.
+FPGA_INIT_IMAGE: Final = f"{UPSTREAM_VENDOR}/intel-fpga-initcontainer:{UPSTREAM_VERSION}"
+
+
 def default_init_image(kind: DeviceKind) -> str | None:
-    """Full default init image reference, or None when the kind has none."""
-    name = _INIT_IMAGE_NAMES.get(kind)
-    return None if name is None else f"{IMAGE_VENDOR}/{name}:{PLUGIN_IMAGE_VERSION}"
+    """Init image a DaemonSet gets without ``initImage``: only FPGA has one (see :data:`FPGA_INIT_IMAGE`)."""
+    return FPGA_INIT_IMAGE if kind is DeviceKind.FPGA else None
 
 
 def plugin_command(kind: DeviceKind) -> str:
     """Console script (upstream binary name) run by the plugin container."""
-    return _PLUGIN_COMMANDS[kind]
+    return f"intel_{kind.value}_device_plugin"
 
 
-def operator_image(tag: str = "devel") -> str:
-    """Reference of the operator image for the manifests."""
-    return f"{IMAGE_VENDOR}/{OPERATOR_IMAGE_NAME}:{tag}"
+def plugin_image_problem(reference: str) -> str | None:
+    """Why ``reference`` cannot be the operator's plugin image, or None (empty means the default)."""
+    if not reference:
+        return None
+    ref = parse_image(reference)
+    if not ref.tag and not ref.digest:
+        return f'"{reference}" names no tag or digest'
+    if ref.digest and not ref.has_valid_digest:
+        return f'"{reference}" has an invalid digest (expected sha256:<64 hex digits>)'
+    if ref.name != NODE_IMAGE_NAME:
+        return f'"{reference}" is not this project\'s node image (…/{NODE_IMAGE_NAME}:<tag>)'
+    return None

@@ -4,6 +4,8 @@ Messages keep upstream's wording but always name the field, e.g. ``spec.image: i
 Deliberate differences from upstream, each of which only accepts more:
 - DLB and FPGA init images use the names the shipped images have (``…-initcontainer``); the legacy
   ``…-initimage`` names are still accepted. Upstream rejected its own samples.
+- ``spec.image`` may name this project's node image (any kind) or upstream's image for the kind; the
+  operator decides what it deploys for either (upgrade.py), and says so in a warning.
 - FPGA ``initImage`` may be empty; the DaemonSet then uses the default FPGA init image.
 - A semver tag below the minimum is accepted with a warning, as the controller deploys the minimum anyway;
   this lets CRs written for older operator releases apply unchanged.
@@ -18,11 +20,13 @@ from typing import Any, Final
 
 from intel_device_plugins.operator.imageref import SemVerError, parse_image, parse_semver
 from intel_device_plugins.operator.images import (
-    IMAGE_VENDOR,
-    PLUGIN_IMAGE_VERSION,
+    DEFAULT_IMAGE_PREFIX,
+    NODE_IMAGE_NAME,
+    UPSTREAM_VENDOR,
+    UPSTREAM_VERSION,
     accepted_init_image_names,
     default_plugin_image,
-    plugin_image_name,
+    plugin_image_names,
 )
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import (
@@ -84,17 +88,27 @@ def check_image(
     if not ref.tag:
         return FieldError(path, f'incorrect image field "{image}"'), None
     if ref.name not in accepted_names:
-        return FieldError(
-            path, f"incorrect image name \"{ref.name}\". Make sure you use '{IMAGE_VENDOR}/{expected}'"
-        ), None
+        hint = (
+            f"{DEFAULT_IMAGE_PREFIX}/{expected}"
+            if expected == NODE_IMAGE_NAME
+            else f"{UPSTREAM_VENDOR}/{expected}"
+        )
+        return FieldError(path, f"incorrect image name \"{ref.name}\". Make sure you use '{hint}'"), None
     try:
         version = parse_semver(ref.tag)
     except SemVerError as exc:
         return FieldError(path, f"{exc}: Make sure it's either valid SHA digest or semver tag"), None
-    if version < parse_semver(PLUGIN_IMAGE_VERSION):
+    if ref.name == NODE_IMAGE_NAME:
+        return None, None
+    if ref.name in accepted_names[1:] and path == "spec.image" and version <= parse_semver(UPSTREAM_VERSION):
         return None, (
-            f'{path}: version "{ref.tag}" is lower than "{PLUGIN_IMAGE_VERSION}"; '
-            f"the operator deploys {ref.with_tag(PLUGIN_IMAGE_VERSION)}"
+            f"{path}: {image} is upstream's plugin; the operator deploys its own plugin image "
+            f"(upstream {UPSTREAM_VERSION} and older map to it; pin a digest to keep upstream's)"
+        )
+    if version < parse_semver(UPSTREAM_VERSION):
+        return None, (
+            f'{path}: version "{ref.tag}" is lower than "{UPSTREAM_VERSION}"; '
+            f"the operator deploys {ref.with_tag(UPSTREAM_VERSION)}"
         )
     return None, None
 
@@ -151,6 +165,7 @@ def validate_spec(spec: AnySpec) -> Verdict:
                 "spec.provisioningConfig", "ProvisioningConfig is available only for 4xxx and 420xx devices"
             )
         )
+
     if isinstance(spec, FpgaSpec) and not spec.init_image:
         warnings.append("spec.initImage is empty; the default FPGA init image is used")
 
@@ -161,7 +176,7 @@ def validate_spec(spec: AnySpec) -> Verdict:
     if not spec.image:
         errors.append(FieldError("spec.image", "must not be empty (the defaulting webhook sets it)"))
     else:
-        image("spec.image", spec.image, (plugin_image_name(kind),))
+        image("spec.image", spec.image, plugin_image_names(kind))
     return Verdict(tuple(errors), tuple(warnings))
 
 

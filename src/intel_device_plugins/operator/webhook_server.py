@@ -4,18 +4,30 @@ Every replica serves admission, leader or not, so the webhooks stay available du
 this server is separate from kopf (whose webhook server lives and dies with the operator it runs).
 The serving certificate is loaded into one SSLContext and reloaded in place when the files change, which is
 how both cert-manager rotations and the self-managed mode reach new TLS handshakes without a restart.
+
+``start`` is the one way this project serves HTTP(S) — the operator's three ports and the standalone pod
+webhooks alike — and it enforces ``ServerLimits`` on every connection: a cap on open connections, a
+deadline for the TLS handshake, for the request headers, and for the body plus the answer, an idle timeout
+between requests, and bounded bodies. Memory that idle connections held is handed back to the system once
+they are gone. Request bodies are decoded by ``load_json``, which answers hostile JSON (huge numbers, deep
+nesting, NaN) with 400 instead of an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import dataclasses
+import enum
 import json
 import logging
+import socket
 import ssl
-from collections.abc import Callable
+from asyncio import sslproto
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -26,6 +38,7 @@ from intel_device_plugins.operator.metricsauth import Authorizer, bearer_token
 TLS_CIPHERS: Final = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
 CERT_FILE: Final = "tls.crt"
 KEY_FILE: Final = "tls.key"
+SMALL_BODY_BYTES: Final = 64 * 1024  # health and metrics take GETs only
 log = logging.getLogger(__name__)
 
 
@@ -83,28 +96,93 @@ class ServingCert:
             await asyncio.sleep(interval_s)
 
 
-def webhook_app(metrics: Metrics) -> web.Application:
-    """Application with the 16 admission paths; non-JSON bodies get 400, never an exception."""
-    app = web.Application(client_max_size=4 * 1024 * 1024)
+class BadJSON(ValueError):
+    """A request body that is not JSON this server will work on; the message says why."""
+
+
+MAX_JSON_DEPTH: Final = 100  # a pod in an AdmissionReview, managedFields included, stays far below this
+
+
+def _reject_constant(name: str) -> Any:
+    raise BadJSON(f"{name} is not JSON")
+
+
+def load_json(body: bytes) -> Any:
+    """Decode a request body; BadJSON for anything that is not plain JSON of sane shape.
+
+    Python's decoder raises ValueError for integers longer than 4300 digits and RecursionError for deep
+    nesting; both are the client's fault and become BadJSON, as do NaN/Infinity and nesting deeper than
+    ``MAX_JSON_DEPTH`` (checked without recursion, so later code can recurse safely).
+    """
+    try:
+        doc = json.loads(body, parse_constant=_reject_constant)
+    except RecursionError:
+        raise BadJSON("request body is nested too deeply") from None
+    except UnicodeDecodeError:
+        raise BadJSON("request body is not UTF-8") from None
+    except BadJSON:
+        raise
+    except ValueError as exc:
+        raise BadJSON(f"request body is not JSON: {str(exc)[:200]}") from None
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise BadJSON(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+    return doc
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request's JSON body; BadJSON as above (the body size is bounded by ``client_max_size``)."""
+    return load_json(await request.read())
+
+
+# An AdmissionReview handler: decoded JSON body → answer (a pure function of the review).
+ReviewHandler = Callable[[Any], Mapping[str, Any]]
+
+
+def webhook_app(
+    metrics: Metrics,
+    extra: Mapping[str, ReviewHandler] | None = None,
+    max_body_bytes: int = 4 * 1024 * 1024,
+) -> web.Application:
+    """Application with the 16 CR admission paths plus ``extra`` ones (the pod webhooks).
+
+    Bodies that are not JSON get 400, too large ones 413 — never an exception.
+    """
+    app = web.Application(client_max_size=max_body_bytes)
     table = routes()
+
+    async def answer(request: web.Request, handle: ReviewHandler) -> web.Response:
+        try:
+            body = await read_json(request)
+        except BadJSON as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        metrics.admission_reviews += 1
+        return web.json_response(handle(body))
 
     async def review(request: web.Request) -> web.Response:
         kind, operation = table[request.path]
-        try:
-            body = await request.json(loads=json.loads)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response({"error": "request body is not JSON"}, status=400)
-        metrics.admission_reviews += 1
-        return web.json_response(handle_review(kind, operation, body))
+        return await answer(request, lambda body: handle_review(kind, operation, body))
 
     for path in table:
         app.router.add_post(path, review)
+    for path, handler in (extra or {}).items():
+
+        async def extra_review(request: web.Request, handler: ReviewHandler = handler) -> web.Response:
+            return await answer(request, handler)
+
+        app.router.add_post(path, extra_review)
     return app
 
 
 def health_app(ready: Callable[[], bool]) -> web.Application:
     """``/healthz`` answers while the process runs; ``/readyz`` once the webhook server serves."""
-    app = web.Application()
+    app = web.Application(client_max_size=SMALL_BODY_BYTES)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -121,7 +199,7 @@ def health_app(ready: Callable[[], bool]) -> web.Application:
 
 def metrics_app(metrics: Metrics, authorizer: Authorizer | None = None) -> web.Application:
     """``/metrics``; with an authorizer, only for bearer tokens allowed to ``get /metrics``."""
-    app = web.Application()
+    app = web.Application(client_max_size=SMALL_BODY_BYTES)
 
     async def serve(request: web.Request) -> web.Response:
         if authorizer is not None:
@@ -141,11 +219,285 @@ def metrics_app(metrics: Metrics, authorizer: Authorizer | None = None) -> web.A
     return app
 
 
+# ----- the hardened server --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerLimits:
+    """What one client may hold of a server. The defaults suit the API server as the webhook client: it
+    sends a whole request at once, waits at most 30 s for an answer, and reuses idle connections."""
+
+    max_connections: int = 256  # open connections, TLS handshakes in progress included; more are refused
+    handshake_timeout_s: float = 10.0  # TCP accept → TLS handshake done
+    header_timeout_s: float = 10.0  # connection or first byte of a request → end of its headers
+    request_timeout_s: float = 30.0  # end of headers → answer written (body upload included)
+    idle_timeout_s: float = 60.0  # answer written → first byte of the next request
+    max_body_bytes: int = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) <= 0:
+                raise ValueError(f"ServerLimits.{field.name} must be positive")
+
+
+class ConnectionSlots:
+    """Counts open connections against the cap; when the last one closes, returns freed heap to the OS.
+
+    CPython and OpenSSL free a connection's buffers into the C allocator, which keeps the pages; without
+    ``malloc_trim`` a burst of 800 idle connections would leave the process at its peak size for good.
+    """
+
+    def __init__(self, limit: int, trim: Callable[[], None] | None = None) -> None:
+        self.limit = limit
+        self.active = 0
+        self.refused = 0
+        self._trim = trim if trim is not None else _malloc_trim()
+
+    def acquire(self) -> bool:
+        if self.active >= self.limit:
+            self.refused += 1
+            return False
+        self.active += 1
+        return True
+
+    def release(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self._trim()
+
+
+def _malloc_trim() -> Callable[[], None]:
+    """glibc's ``malloc_trim(0)``, or a no-op where the C library has none."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is None:
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+
+    def run() -> None:
+        trim(0)
+
+    return run
+
+
+class _Phase(enum.Enum):
+    HEADERS = "headers"
+    REQUEST = "request"
+    IDLE = "idle"
+
+
+class _WriteTap:
+    """The transport as the HTTP handler sees it: writes also tell the guard that an answer went out."""
+
+    def __init__(self, transport: asyncio.Transport, on_write: Callable[[], None]) -> None:
+        self._transport = transport
+        self._on_write = on_write
+
+    def write(self, data: Any) -> None:
+        self._on_write()
+        self._transport.write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        self._on_write()
+        self._transport.writelines(chunks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class GuardedProtocol(asyncio.Protocol):
+    """Wraps aiohttp's per-connection handler with the deadlines of ``ServerLimits``.
+
+    Phases: HEADERS (from the connection or the first byte of a request until the blank line ending the
+    headers), REQUEST (until the first byte of the answer is written: body upload and handling), IDLE (until
+    the next request starts). Each phase has one timer; when it fires the connection is aborted. A client
+    trickling one header line every few seconds therefore never gets past ``header_timeout_s``.
+    With ``slots``, this layer also enforces the connection cap (plain HTTP; under TLS the TLS layer does).
+    """
+
+    def __init__(
+        self,
+        inner: Callable[[], asyncio.BaseProtocol],
+        limits: ServerLimits,
+        slots: ConnectionSlots | None = None,
+    ) -> None:
+        self._make_inner = inner
+        self._limits = limits
+        self._slots = slots
+        self._inner: Any = None
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._phase = _Phase.HEADERS
+        self._tail = b""
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        if self._slots is not None:
+            if not self._slots.acquire():
+                log.debug("connection refused: %d connections open", self._slots.active)
+                transport.abort()
+                return
+            self._counted = True
+        self._transport = transport
+        self._inner = self._make_inner()
+        self._inner.connection_made(_WriteTap(transport, self._answered))
+        self._enter(_Phase.HEADERS, self._limits.header_timeout_s)
+
+    def _enter(self, phase: _Phase, timeout_s: float) -> None:
+        self._phase = phase
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, phase)
+
+    def _expire(self, phase: _Phase) -> None:
+        log.debug("closing a connection that exceeded its %s deadline", phase.value)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _answered(self) -> None:
+        if self._phase is not _Phase.IDLE:
+            self._enter(_Phase.IDLE, self._limits.idle_timeout_s)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is None:
+            return
+        if self._phase is _Phase.IDLE:
+            self._tail = b""
+            self._enter(_Phase.HEADERS, self._limits.header_timeout_s)
+        if self._phase is _Phase.HEADERS:
+            # The blank line may straddle two reads: keep the last three bytes seen.
+            if b"\r\n\r\n" in self._tail + data[:3] or b"\r\n\r\n" in data:
+                self._enter(_Phase.REQUEST, self._limits.request_timeout_s)
+            else:
+                self._tail = (self._tail + data)[-3:]
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+            self._inner = None
+        self._transport = None
+        if self._counted and self._slots is not None:
+            self._counted = False
+            self._slots.release()
+
+
+class _LeanTLSProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS layer with a 32 KiB instead of a 256 KiB receive buffer per connection (a TLS record
+    holds at most 16 KiB), counting the connection against the cap before the handshake starts."""
+
+    max_size = 32 * 1024
+
+    def __init__(
+        self,
+        app_protocol: asyncio.BaseProtocol,
+        context: ssl.SSLContext,
+        limits: ServerLimits,
+        slots: ConnectionSlots,
+    ) -> None:
+        super().__init__(
+            asyncio.get_running_loop(),
+            app_protocol,
+            context,
+            None,  # type: ignore[arg-type]  # no waiter: the server needs no handshake future
+            server_side=True,
+            ssl_handshake_timeout=limits.handshake_timeout_s,  # type: ignore[arg-type]  # stub says int
+        )
+        self._slots = slots
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._slots.acquire():
+            log.debug("TLS connection refused: %d connections open", self._slots.active)
+            assert isinstance(transport, asyncio.Transport)
+            transport.abort()
+            return
+        self._counted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._counted:
+            return
+        self._counted = False
+        try:
+            super().connection_lost(exc)
+        finally:
+            self._slots.release()
+
+
+class RunningServer:
+    """A listening server: its addresses, its connection counter, and ``cleanup``."""
+
+    def __init__(self, runner: web.AppRunner, server: asyncio.Server, slots: ConnectionSlots) -> None:
+        self._runner = runner
+        self._server = server
+        self.slots = slots
+
+    @property
+    def addresses(self) -> list[Any]:
+        return [s.getsockname() for s in self._server.sockets]
+
+    async def cleanup(self) -> None:
+        self._server.close()
+        await self._runner.cleanup()  # closes the open connections too
+
+
 async def start(
-    app: web.Application, host: str, port: int, context: ssl.SSLContext | None = None
-) -> web.AppRunner:
-    """Start ``app`` on host:port (with TLS when ``context`` is given); caller cleans the runner up."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    app: web.Application,
+    host: str,
+    port: int,
+    context: ssl.SSLContext | None = None,
+    limits: ServerLimits | None = None,
+) -> RunningServer:
+    """Serve ``app`` on host:port (TLS when ``context`` is given) under ``limits``; caller cleans up."""
+    limits = limits or ServerLimits()
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=limits.idle_timeout_s,
+        max_line_size=8190,
+        max_field_size=8190,
+        lingering_time=2.0,
+    )
     await runner.setup()
-    await web.TCPSite(runner, host or None, port, ssl_context=context).start()
-    return runner
+    handler_factory = runner.server
+    assert handler_factory is not None
+    slots = ConnectionSlots(limits.max_connections)
+    factory: Callable[[], asyncio.BaseProtocol]
+    if context is None:
+        factory = lambda: GuardedProtocol(handler_factory, limits, slots)  # noqa: E731
+    else:
+        factory = lambda: _LeanTLSProtocol(GuardedProtocol(handler_factory, limits), context, limits, slots)  # noqa: E731
+    loop = asyncio.get_running_loop()
+    try:
+        server = await loop.create_server(
+            factory,
+            host or None,
+            port,
+            family=socket.AF_UNSPEC,
+            reuse_address=True,
+            backlog=128,
+        )
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return RunningServer(runner, server, slots)

@@ -13,7 +13,6 @@ binary takes them. The common flags (``-prefix``, ``-device-plugin-dir``, ``-cdi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import shlex
 from collections.abc import Mapping, Sequence
@@ -24,7 +23,7 @@ from intel_device_plugins.deviceplugin.cli import (
     configure_logging,
     framework_config,
     new_parser,
-    serve_until_signalled,
+    serve_and_exit,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
 
@@ -37,21 +36,26 @@ KINDS: Mapping[str, str] = MappingProxyType(
         "iaa": "intel_device_plugins.plugins.iaa.cli",
         "dlb": "intel_device_plugins.plugins.dlb.cli",
         "npu": "intel_device_plugins.plugins.npu.cli",
+        "fpga": "intel_device_plugins.plugins.fpga.cli",
     }
 )
 """Kind → module with ``build_parser()`` and ``build_plugins(args)``; imported only when used."""
 
-COMMON_FLAGS = ("prefix", "device-plugin-dir", "cdi-dir", "scan-interval", "v")
+COMMON_FLAGS = ("prefix", "device-plugin-dir", "cdi-dir", "scan-interval", "uevent-dir", "v")
 
 
 def _common_argv(args: argparse.Namespace) -> list[str]:
-    return [
+    argv = [
         "-prefix", args.prefix,
         "-device-plugin-dir", args.device_plugin_dir,
         "-cdi-dir", args.cdi_dir,
-        "-scan-interval", str(args.scan_interval),
         "-v", str(args.verbosity),
     ]  # fmt: skip
+    if args.scan_interval is not None:
+        argv += ["-scan-interval", str(args.scan_interval)]
+    if args.uevent_dir is not None:
+        argv += ["-uevent-dir", args.uevent_dir]
+    return argv
 
 
 def _names_common_flag(word: str) -> str | None:
@@ -103,8 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--plugin: kind(s) given more than once: {', '.join(duplicates)}")
     common = _common_argv(args)
     plugins = [plugin for spec in args.plugin for plugin in build_kind(spec, common, parser)]
-    asyncio.run(serve_until_signalled(plugins, framework_config(args)))
-    return 0
+    return serve_and_exit(plugins, framework_config(args))
 
 
 if __name__ == "__main__":

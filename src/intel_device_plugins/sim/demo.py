@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from intel_device_plugins.sim import gpu
+from intel_device_plugins.sim.demo_fpga import fpga_region_scene
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.kubelets import (
     ContainerView,
@@ -85,6 +86,7 @@ OTHER_KINDS = {
     "dlb": ("dlb", "dlb.intel.com"),
     "npu": ("npu", "npu.intel.com"),
     "sgx": ("sgx", "sgx.intel.com"),
+    "fpga": ("fpga", "fpga.intel.com"),
 }
 
 
@@ -266,7 +268,11 @@ async def run_demo(workdir: Path, node_file: Path | None, kubelet_choice: str = 
             await _other_kinds_scene(node, kubelet, namespaces)
         if gpu_resources:
             await _hotplug_scene(node, kubelet, gpu_resources[0])
+        if "fpga" in spec.devices:
+            region_code = await fpga_region_scene(kubelet, node.root, workdir, node.common_flags(), _say)
         codes = {name: await process.terminate() for name, process in processes.items()}
+        if "fpga" in spec.devices:
+            codes["FPGA region-mode plugin"] = region_code
     leftovers = sorted(p.name for p in node.plugin_dir.glob("*.sock") if p.name != "kubelet.sock")
     _say("\n" + "; ".join(f"{name} exited with {code}" for name, code in codes.items()))
     _say(f"Sockets left behind: {leftovers or 'none'}")

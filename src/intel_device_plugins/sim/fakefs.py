@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from intel_device_plugins.sim.uevents import UeventBroadcaster
+
 
 @dataclass(frozen=True)
 class PciFunction:
@@ -32,6 +34,8 @@ class FakeTree:
         self.numa_nodes = max(1, numa_nodes)
         self.cpus_per_numa_node = cpus_per_numa_node
         self._next_bus = 0x10
+        self.uevents: UeventBroadcaster | None = None
+        """Where the kernel's uevents for changes go, when plugins listen (``-uevent-dir``)."""
 
     # ----- primitives ------------------------------------------------------------------------
 
@@ -67,6 +71,14 @@ class FakeTree:
             target.unlink()
         elif target.is_dir():
             shutil.rmtree(target)
+
+    def uevent(self, action: str, sysfs_dir: str, subsystem: str, **properties: str) -> None:
+        """Announce a change as the kernel would (nothing happens when no one listens).
+
+        ``sysfs_dir`` is absolute inside the root (``/sys/devices/...``); the event's DEVPATH drops ``/sys``.
+        """
+        if self.uevents is not None:
+            self.uevents.send(action, sysfs_dir.removeprefix("/sys"), subsystem, properties)
 
     # ----- node-level structure --------------------------------------------------------------
 

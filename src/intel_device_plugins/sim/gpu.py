@@ -8,6 +8,7 @@ i915 has ``cardN/gt/gt<t>``, xe has ``<bdf>/tile<t>/gt<t>``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +96,24 @@ def add_card(
     tree.device_node(f"/dev/dri/renderD{render}")
     tree.link(f"/dev/dri/by-path/pci-{address}-card", f"/dev/dri/card{index}")
     tree.link(f"/dev/dri/by-path/pci-{address}-render", f"/dev/dri/renderD{render}")
+    tree.uevent("add", sysfs, "pci", PCI_SLOT_NAME=address)
+    if bind_driver:
+        tree.uevent("bind", sysfs, "pci", DRIVER=driver, PCI_SLOT_NAME=address)
+    tree.uevent("add", f"{sysfs}/drm/card{index}", "drm", DEVNAME=f"dri/card{index}")
+    tree.uevent("add", f"{sysfs}/drm/renderD{render}", "drm", DEVNAME=f"dri/renderD{render}")
     return SimulatedCard(index, address)
+
+
+def rebind(tree: FakeTree, index: int, driver: str) -> None:
+    """Bind card ``index`` to another driver in sysfs only (its device nodes stay), with the uevents."""
+    card_link = tree.path(f"/sys/class/drm/card{index}")
+    address = card_link.resolve().parent.parent.name
+    sysfs = tree.sysfs_of(address)
+    old = os.path.basename(os.readlink(tree.path(f"{sysfs}/driver")))
+    tree.remove(f"/sys/bus/pci/drivers/{old}/{address}")
+    tree.uevent("unbind", sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.bind(address, sysfs, driver)
+    tree.uevent("bind", sysfs, "pci", DRIVER=driver, PCI_SLOT_NAME=address)
 
 
 def remove_card(tree: FakeTree, index: int) -> None:
@@ -103,9 +121,9 @@ def remove_card(tree: FakeTree, index: int) -> None:
     card_link = tree.path(f"/sys/class/drm/card{index}")
     address = card_link.resolve().parent.parent.name
     sysfs = tree.sysfs_of(address)
+    render = 128 + index
     for entry in list(tree.path("/dev/dri/by-path").glob(f"pci-{address}-*")):
         entry.unlink()
-    render = 128 + index
     for absolute in (
         f"/dev/dri/card{index}",
         f"/dev/dri/renderD{render}",
@@ -118,6 +136,10 @@ def remove_card(tree: FakeTree, index: int) -> None:
     for driver_dir in tree.path("/sys/bus/pci/drivers").glob("*"):
         tree.remove(f"/sys/bus/pci/drivers/{driver_dir.name}/{address}")
     tree.remove(sysfs)
+    tree.uevent("remove", f"{sysfs}/drm/renderD{render}", "drm", DEVNAME=f"dri/renderD{render}")
+    tree.uevent("remove", f"{sysfs}/drm/card{index}", "drm", DEVNAME=f"dri/card{index}")
+    tree.uevent("unbind", sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.uevent("remove", sysfs, "pci", PCI_SLOT_NAME=address)
 
 
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:

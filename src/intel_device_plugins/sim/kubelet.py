@@ -153,6 +153,18 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
             }
             self._changed.notify_all()
 
+    async def drop_stream(self, resource_name: str) -> None:
+        """End one resource's ListAndWatch stream without a restart, as the kubelet does when the stream
+        fails: its devices turn Unhealthy until the plugin registers again."""
+        endpoint = self._endpoints[resource_name]
+        await self._disconnect(endpoint)
+        async with self._changed:
+            endpoint.connected = False
+            endpoint.devices = {
+                k: AdvertisedDevice(v.id, "Unhealthy", v.numa_nodes) for k, v in endpoint.devices.items()
+            }
+            self._changed.notify_all()
+
     async def _disconnect(self, endpoint: _Endpoint) -> None:
         if endpoint.watcher is not None:
             endpoint.watcher.cancel()

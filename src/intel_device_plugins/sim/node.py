@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from intel_device_plugins.sim import dlb, gpu, idxd, npu, qat, sgx
+from intel_device_plugins.sim import dlb, fpga, gpu, idxd, npu, qat, sgx
 from intel_device_plugins.sim.fakefs import FakeTree
 
 KindBuilder = Callable[[FakeTree, Sequence[Mapping[str, Any]]], None]
@@ -39,6 +39,7 @@ BUILDERS: Mapping[str, KindBuilder] = MappingProxyType(
         "iaa": idxd.build_iaa,
         "npu": npu.build,
         "sgx": sgx.build,
+        "fpga": fpga.build,
     }
 )
 """Device kind → builder. A new kind is one module in ``sim/`` plus one line here."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -88,5 +89,7 @@ async def test_one_process_serves_gpu_qat_dsa_and_sgx(
             "qat.intel.com/cy", [sorted(kubelet.resources()["qat.intel.com/cy"])[0]]
         )
         assert list(response.envs) == ["QAT0"]
+        started = time.monotonic()
         assert await asyncio.wait_for(process.terminate(), 5) == 0
+        assert time.monotonic() - started < 1.0  # every kind stopped within a second of SIGTERM
     assert sorted(p.name for p in plugin_dir.iterdir()) == ["kubelet.sock"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,17 @@ def test_unreadable_sriov_numvfs_is_skipped_with_a_problem(tree: FakeTree) -> No
     result = scan_dlb(tree.root)
     assert result.tree == {}
     assert "cannot read" in result.problems[0]
+
+
+def test_a_fifo_in_place_of_sriov_numvfs_is_a_problem_not_a_hang(tree: FakeTree) -> None:
+    bad = add_dlb(tree)
+    add_dlb(tree)
+    sriov = tree.path(f"{tree.sysfs_of(bad.address)}/sriov_numvfs")
+    sriov.unlink()
+    os.mkfifo(sriov)
+    result = scan_dlb(tree.root)  # a blocking read would hang here
+    assert sorted(result.tree["pf"]) == ["/dev/dlb1"]
+    assert "is a FIFO, not a regular file" in result.problems[0]
 
 
 def test_bad_numa_information_keeps_the_device_without_topology(tree: FakeTree) -> None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from intel_device_plugins.deviceplugin.cli import framework_config
 from intel_device_plugins.plugins.gpu.cli import build_parser, build_plugins, main, parse_id_list
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
@@ -51,7 +52,12 @@ def test_defaults_match_upstream() -> None:
     assert args.enable_monitoring is False
     assert args.monitoring_mode is MonitoringMode.SINGLE
     assert (args.temp_limit, args.gpu_temp_limit, args.memory_temp_limit) == (100, 100, 100)
-    assert args.scan_interval == 1.0
+    # Not given: polled plugins scan every second, event-driven ones (GPU) rescan every 60 s.
+    assert args.scan_interval is None
+    config = framework_config(args)
+    assert (config.scan_interval, config.event_rescan_interval) == (1.0, 60.0)
+    explicit = framework_config(parse("-scan-interval", "5"))
+    assert (explicit.scan_interval, explicit.event_rescan_interval) == (5.0, 5.0)
 
 
 def test_default_command_line_builds_one_default_plugin() -> None:

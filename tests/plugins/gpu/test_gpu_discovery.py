@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,11 +114,31 @@ def test_i915_and_xe_cards_on_one_node_give_two_resources(tree: FakeTree) -> Non
     }
 
 
-def test_card_without_driver_link_is_reported_as_i915(tree: FakeTree) -> None:
+def test_card_without_driver_link_is_left_out_not_taken_for_i915(tree: FakeTree) -> None:
+    # E.g. an xe card whose driver link is being re-created while it is re-bound.
     card = gpu.add_card(tree, driver="xe", bind_driver=False)
+    gpu.add_card(tree, driver="xe")
     assert not tree.path(f"{sysfs(tree, card)}/driver").exists()
 
-    assert list(scan(tree).tree) == ["i915"]
+    result = scan(tree)
+
+    assert {kind: list(devices) for kind, devices in result.tree.items()} == {"xe": ["card1-0"]}
+    (problem,) = result.problems
+    assert problem.startswith("GPU card0: has no driver link") and "left out of this scan" in problem
+
+
+@pytest.mark.parametrize("target", ["driver", "driver.b", "..", "/sys/bus/pci/drivers/nouveau", "i915x"])
+def test_resource_names_come_only_from_known_drivers(tree: FakeTree, target: str) -> None:
+    card = gpu.add_card(tree)
+    link = tree.path(f"{sysfs(tree, card)}/driver")
+    link.unlink()
+    link.symlink_to(target)  # looping, odd or foreign
+
+    result = scan(tree)
+
+    assert result.tree == {}
+    (problem,) = result.problems
+    assert "not one of i915, xe" in problem and "card0/device/driver" in problem
 
 
 @pytest.mark.parametrize("shared", [1, 2, 5])
@@ -160,12 +182,69 @@ def test_pf_with_vfs_is_skipped_and_its_vfs_are_served(tree: FakeTree) -> None:
     assert result.problems == ()
 
 
-@pytest.mark.parametrize("numvfs", ["0", "-1", "garbage", ""])
-def test_sriov_capable_card_without_vfs_is_served(tree: FakeTree, numvfs: str) -> None:
+def test_sriov_capable_card_without_vfs_is_served(tree: FakeTree) -> None:
     card = gpu.add_card(tree)
-    tree.write(f"{sysfs(tree, card)}/sriov_numvfs", numvfs + "\n")
+    tree.write(f"{sysfs(tree, card)}/sriov_numvfs", "0\n")
 
     assert list(scan(tree).tree["i915"]) == ["card0-0"]
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _garbage(path: Path) -> None:
+    path.write_text("garbage\n")
+
+
+def _negative(path: Path) -> None:
+    path.write_text("-1\n")
+
+
+@pytest.mark.parametrize("spoil", [_directory, _fifo, _dev_zero, _garbage, _negative])
+def test_unreadable_sriov_state_leaves_the_pf_out_never_next_to_its_vfs(
+    tree: FakeTree, spoil: Callable[[Path], None]
+) -> None:
+    gpu.build(tree, [{"vfs": 2}])  # card0 is the PF, card1 and card2 its VFs
+    numvfs = tree.path(f"{tree.sysfs_of(gpu_address(tree, 0))}/sriov_numvfs")
+    numvfs.unlink()
+    spoil(numvfs)
+
+    result = scan(tree)
+
+    assert list(result.tree["i915"]) == ["card1-0", "card2-0"]
+    (problem,) = result.problems
+    assert problem.startswith("GPU card0: cannot read its SR-IOV state: ")
+    assert "card0/device/sriov_numvfs" in problem
+    assert problem.endswith("left out of this scan")
+
+
+def test_a_fifo_in_place_of_a_vendor_file_leaves_only_that_card_out(tree: FakeTree) -> None:
+    first = gpu.add_card(tree)
+    gpu.add_card(tree)
+    vendor = tree.path(f"{sysfs(tree, first)}/vendor")
+    vendor.unlink()
+    os.mkfifo(vendor)
+
+    result = scan(tree)  # returns (a blocking read would hang here)
+
+    assert list(result.tree["i915"]) == ["card1-0"]
+    reported = tree.path("/sys/class/drm/card0/device/vendor")
+    assert result.problems == (
+        f"GPU card0: cannot read {reported}: is a FIFO, not a regular file; card left out",
+    )
+
+
+def gpu_address(tree: FakeTree, index: int) -> str:
+    return tree.path(f"/sys/class/drm/card{index}").resolve().parent.parent.name
 
 
 @pytest.mark.parametrize("vendor", ["0x10de", "0x1002", "8086", "0x80860", "garbage", ""])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from intel_device_plugins.deviceplugin.cli import framework_config
 from intel_device_plugins.plugins.qat.cli import Mode, build_parser, build_plugins
 from intel_device_plugins.plugins.qat.discovery import DEFAULT_KERNEL_VF_DRIVERS
 from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlugin
@@ -19,7 +20,7 @@ def test_defaults_match_upstream() -> None:
     assert args.allocation_policy is Policy.NONE
     assert args.max_num_devices == 64
     assert args.mode is Mode.DPDK
-    assert args.scan_interval == 1.0
+    assert framework_config(args).scan_interval == 1.0
 
 
 def test_flags_work_with_one_or_two_dashes() -> None:

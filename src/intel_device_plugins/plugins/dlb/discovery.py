@@ -17,6 +17,7 @@ from pathlib import Path
 from intel_device_plugins import sysfs
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, DeviceTree
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+from intel_device_plugins.sysfs import UnreadableAttribute, missing, read_attribute
 
 NAMESPACE = "dlb.intel.com"
 PF = "pf"
@@ -38,14 +39,13 @@ def classify(device_dir: str) -> tuple[str | None, str]:
     """
     numvfs_file = f"{device_dir}/sriov_numvfs"
     try:
-        with open(numvfs_file, encoding="utf-8", errors="replace") as stream:
-            content = stream.read().strip()
-    except FileNotFoundError:
-        if os.path.isdir(device_dir):
-            return VF, ""
-        return None, f"no sysfs device at {device_dir}; skipped"
-    except OSError as error:
-        return None, f"cannot read {numvfs_file}: {error.strerror or error}; skipped"
+        content = read_attribute(numvfs_file).strip()
+    except UnreadableAttribute as error:
+        if missing(error):
+            if os.path.isdir(device_dir):
+                return VF, ""
+            return None, f"no sysfs device at {device_dir}; skipped"
+        return None, f"cannot read {error}; skipped"
     try:
         count = int(content)
     except ValueError:

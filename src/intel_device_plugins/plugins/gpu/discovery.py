@@ -3,6 +3,10 @@
 A pure function of the files under ``prefix`` and the options. It never raises for one bad card:
 the card is skipped (not ours, or not a DRM card) or reported Unhealthy (ours, but its device nodes
 are gone), and the reason is returned as a problem line naming the card.
+
+Nothing is guessed: a card whose SR-IOV state or driver cannot be read (a file that is not a file,
+a link being re-created while the card is re-bound) is left out of that scan and reported, and a
+resource name is only ever one of the drivers this plugin knows.
 """
 
 from __future__ import annotations
@@ -24,18 +28,19 @@ from intel_device_plugins.deviceplugin.topology import TopologyError, devices_ro
 from intel_device_plugins.sysfs import (
     INTEL_VENDOR_ID,
     PCI_ADDRESS,
-    driver_name,
+    UnreadableAttribute,
     identity,
-    is_pf_with_vfs,
     list_dir,
+    missing,
     prefixed,
+    read_attribute,
     read_first_line,
-    read_trimmed,
 )
 
 NAMESPACE = "gpu.intel.com"
 CDI_KIND = "intel.cdi.k8s.io/gpu"
-DEFAULT_DRIVER = "i915"
+KNOWN_DRIVERS = ("i915", "xe")
+"""The DRM drivers of Intel GPUs; the driver's name is the resource name."""
 MONITORING_ID = "all"
 
 CARD_NAME = re.compile(r"^card[0-9]+$")
@@ -156,9 +161,10 @@ class CardFacts:
 
 def read_card_facts(device_dir: str, pci_dir: str, sys_devices: str) -> CardFacts | str:
     """The card's static facts, or a reason why they cannot be read (not remembered)."""
-    vendor = read_trimmed(os.path.join(device_dir, "vendor"))
-    if vendor is None:
-        return f"cannot read {device_dir}/vendor; card skipped"
+    try:
+        vendor = read_attribute(os.path.join(device_dir, "vendor")).strip()
+    except UnreadableAttribute as error:
+        return f"cannot read {error}; card left out"
     drm_entries = list_dir(os.path.join(device_dir, "drm"))
     if drm_entries is None:
         return ""
@@ -198,6 +204,34 @@ class CardFactsCache:
         return facts
 
 
+def sriov_vf_count(device_dir: str) -> int | str:
+    """Enabled VFs of a card (0 when it has no SR-IOV), or why the SR-IOV state cannot be read."""
+    path = os.path.join(device_dir, "sriov_numvfs")
+    try:
+        text = read_attribute(path).strip()
+    except UnreadableAttribute as error:
+        return 0 if missing(error) else f"cannot read its SR-IOV state: {error}"
+    try:
+        count = int(text)
+    except ValueError:
+        return f"cannot read its SR-IOV state: {path} holds {text[:40]!r}, not a number"
+    return count if count >= 0 else f"cannot read its SR-IOV state: {path} holds {count}"
+
+
+def card_driver(device_dir: str) -> str | tuple[str]:
+    """The card's driver (one of :data:`KNOWN_DRIVERS`), or ``(reason,)`` why it is not used."""
+    path = os.path.join(device_dir, "driver")
+    try:
+        target = os.readlink(path)
+    except OSError as error:
+        what = "has no driver link" if missing(error) else "cannot read its driver link"
+        return (f"{what} {path} ({error.strerror})",)
+    driver = os.path.basename(target)
+    if driver not in KNOWN_DRIVERS:
+        return (f"its driver link {path} names {driver!r}, not one of {', '.join(KNOWN_DRIVERS)}",)
+    return driver
+
+
 def _inspect_card(
     view: _NodeView, name: str, options: GpuOptions, cache: CardFactsCache, problems: list[str]
 ) -> _Card | None:
@@ -220,10 +254,17 @@ def _inspect_card(
             return None
         if facts.device_id in options.deny_ids:
             return None
-    if is_pf_with_vfs(device_dir):
+    vfs = sriov_vf_count(device_dir)
+    if isinstance(vfs, str):
+        # Guessing "no VFs" could hand out the PF next to its VFs: the same GPU to two pods.
+        problems.append(f"GPU {name}: {vfs}; left out of this scan")
         return None
-
-    driver = driver_name(device_dir) or DEFAULT_DRIVER
+    if vfs > 0:
+        return None
+    driver = card_driver(device_dir)
+    if isinstance(driver, tuple):
+        problems.append(f"GPU {name}: {driver[0]}; left out of this scan")
+        return None
     expected = [entry for entry in facts.drm_entries if not CONTROL_NODE.match(entry)]
     present = [entry for entry in expected if entry in view.dri_entries]
     paths = [os.path.join(view.dri_dir, entry) for entry in present]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +36,14 @@ class GpuPlugin:
     def watch_paths(self) -> Sequence[Path]:
         """Device nodes appear in ``/dev/dri`` when a card is plugged in; watch it for instant updates."""
         return (prefixed(self.prefix, "/dev/dri"), prefixed(self.prefix, "/sys/class/drm"))
+
+    def uevent_subsystems(self) -> Collection[str]:
+        """Cards come and go with ``drm`` events; driver binds and SR-IOV VFs are ``pci`` events.
+
+        Every state a scan reads changes with one of these or with a device node in ``/dev/dri``,
+        so the plugin is rescanned on events and otherwise only as a safety net.
+        """
+        return ("drm", "pci")
 
     def preferred_allocation(
         self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int

@@ -23,7 +23,7 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Health
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 from intel_device_plugins.plugins.scanning import Discovery
-from intel_device_plugins.sysfs import list_dir
+from intel_device_plugins.sysfs import list_dir, read_trimmed
 
 BUS_DIR = "/sys/bus/dsa/devices"
 WQ_NAME = re.compile(r"^wq[0-9]+\.[0-9]+$")
@@ -62,22 +62,8 @@ class WorkQueue:
 
 
 def read_attribute(path: str) -> str | None:
-    """A sysfs attribute, trimmed; ``None`` if unreadable.
-
-    A scan reads a few hundred of these every second on a large node, so this uses one
-    open/read/close and no ``Path`` objects.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", "replace").strip()
+    """A sysfs attribute, trimmed; ``None`` if unreadable (or not a regular file of at most a page)."""
+    return read_trimmed(path)
 
 
 def _accelerators(bus: str, kind: IdxdKind) -> list[str]:

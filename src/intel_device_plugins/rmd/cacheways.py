@@ -1,0 +1,169 @@
+"""``intel-rmd-deviceplugin``: the ways of RMD's guaranteed cache pool as ``intel.com/l3_cache_ways``.
+
+Device IDs, NUMA nodes and the container variable follow upstream: a way ``w`` of the cache on NUMA node
+``n`` is device ``f"{n}{w}"``. Unlike upstream, the pool is read over the same mutual-TLS client as the
+operator's and kept current: RMD is asked again every ``-refresh`` seconds (and sooner after a failure).
+The advertised set is every way seen in the guaranteed pool since the cache layout last changed, so ways
+RMD has handed to workloads (and so left its free list) stay allocatable to the kubelet; while RMD cannot
+be read, the ways are reported Unhealthy rather than withdrawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+
+from intel_device_plugins.deviceplugin.cli import (
+    PluginArgumentParser,
+    new_parser,
+    positive_float,
+    run_plugin_command,
+)
+from intel_device_plugins.deviceplugin.model import (
+    ContainerAllocation,
+    DeviceInfo,
+    DeviceMap,
+    DeviceTree,
+    Health,
+)
+from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.rmd import cpuset
+from intel_device_plugins.rmd.client import (
+    RmdCallError,
+    RmdClient,
+    TlsMaterial,
+    Transport,
+    client_ssl_context,
+)
+
+log = logging.getLogger(__name__)
+
+NAMESPACE: Final = "intel.com"
+RESOURCE_TYPE: Final = "l3_cache_ways"
+ENV_NAME: Final = "intel.com/l3_cache_ways"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ways:
+    """Device ID → NUMA node of every way in the guaranteed pool, and the cache layout they came from."""
+
+    devices: Mapping[str, int]
+    layout: tuple[tuple[str, str], ...]
+
+
+def guaranteed_ways(cache_l3: Mapping[str, Any]) -> Ways:
+    """Parse ``GET /v1/cache/l3``; ValueError naming the cache when a field is malformed."""
+    caches = cache_l3.get("Caches")
+    if not isinstance(caches, Mapping):
+        raise ValueError("RMD's /v1/cache/l3 answer has no Caches object")
+    devices: dict[str, int] = {}
+    layout = []
+    for cache_id, info in sorted(caches.items()):
+        node = str((info or {}).get("location_on_node", ""))
+        if not node.isdigit():
+            raise ValueError(f"cache {cache_id}: location_on_node {node!r} is not a NUMA node number")
+        pool = str(((info.get("available_ways_pool") or {}).get("guaranteed")) or "")
+        try:
+            ways = cpuset.parse(pool)
+        except cpuset.CpusetError as exc:
+            raise ValueError(f"cache {cache_id}: guaranteed pool {pool!r}: {exc}") from exc
+        for way in ways:
+            devices[f"{node}{way}"] = int(node)
+        layout.append((str(cache_id), str(info.get("share_cpu_list", ""))))
+    return Ways(devices, tuple(layout))
+
+
+def merge(known: Ways | None, seen: Ways) -> Ways:
+    """Ways seen so far: a new cache layout starts over; otherwise ways only join the set."""
+    if known is None or known.layout != seen.layout:
+        return seen
+    return Ways({**known.devices, **seen.devices}, known.layout)
+
+
+def device_tree(ways: Ways | None, healthy: bool) -> DeviceTree:
+    if ways is None:
+        return {}
+    health = Health.HEALTHY if healthy else Health.UNHEALTHY
+    devices = {i: DeviceInfo(health=health, numa_nodes=(n,)) for i, n in ways.devices.items()}
+    return {RESOURCE_TYPE: devices} if devices else {}
+
+
+@dataclasses.dataclass
+class CacheWaysPlugin:
+    """Framework plugin; a background task keeps ``ways`` current from RMD."""
+
+    address: str
+    transport: Transport
+    refresh_s: float = 10.0
+    retry_s: float = 2.0
+    ways: Ways | None = None
+    healthy: bool = False
+    _poller: asyncio.Task[None] | None = None
+
+    @property
+    def namespace(self) -> str:
+        return NAMESPACE
+
+    def scan(self) -> DeviceTree:
+        if self._poller is None:
+            with contextlib.suppress(RuntimeError):  # no running loop: a plain call from a test
+                self._poller = asyncio.get_running_loop().create_task(self._poll())
+        return device_tree(self.ways, self.healthy)
+
+    async def refresh(self, rmd: RmdClient) -> None:
+        try:
+            seen = guaranteed_ways(await rmd.get_cache_l3())
+        except (RmdCallError, ValueError) as exc:
+            if self.healthy or self.ways is None:
+                log.warning("cannot read the cache pool from RMD (%s); ways marked unhealthy", exc)
+            self.healthy = False
+            return
+        if not self.healthy:
+            log.info("RMD answers: %d guaranteed ways", len(seen.devices))
+        self.ways = merge(self.ways, seen)
+        self.healthy = True
+
+    async def _poll(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            rmd = RmdClient(session, self.transport, self.address)
+            while True:
+                await self.refresh(rmd)
+                await asyncio.sleep(self.refresh_s if self.healthy else self.retry_s)
+
+    def post_allocate(
+        self, resource: str, devices: DeviceMap, ids: Sequence[str], allocation: ContainerAllocation
+    ) -> ContainerAllocation:
+        """Upstream's variable: the container's ways with their NUMA nodes ("05:0,06:0")."""
+        value = ",".join(f"{i}:{devices[i].numa_nodes[0] if devices[i].numa_nodes else ''}" for i in ids)
+        return dataclasses.replace(allocation, envs={**allocation.envs, ENV_NAME: value})
+
+
+def build_parser() -> PluginArgumentParser:
+    parser = new_parser("intel-rmd-deviceplugin", "RMD cache ways (intel.com/l3_cache_ways) device plugin")
+    parser.add_flag("rmd-address", default="https://127.0.0.1:8443", help="RMD's base URL")
+    parser.add_flag("tls-dir", default="/etc/rmd-tls", help="ca.crt, tls.crt and tls.key for RMD")
+    parser.add_flag("refresh", type=positive_float, default=10.0, help="seconds between reads of RMD's pool")
+    parser.add_bool_flag("insecure-plain-http", help="DEBUG ONLY: plain HTTP to RMD without authentication")
+    return parser
+
+
+def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
+    if args.insecure_plain_http:
+        transport = Transport(None, allow_plain_http=True)
+    else:
+        transport = Transport(client_ssl_context(TlsMaterial.from_dir(Path(args.tls_dir))))
+    if not args.rmd_address.startswith("https://") and not args.insecure_plain_http:
+        raise ValueError(f"-rmd-address {args.rmd_address}: RMD is reached over HTTPS only")
+    return [CacheWaysPlugin(args.rmd_address, transport, args.refresh)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_plugin_command(build_parser(), build_plugins, argv)

@@ -1,0 +1,427 @@
+"""Typed model of the ``intel.com/v1alpha1`` RMD custom resources: the single source of truth.
+
+Every spec is a frozen dataclass whose fields carry their JSON name, OpenAPI schema and description in
+``metadata``; nested objects are dataclasses too. Cross-field rules are declared once as ``Rule`` objects
+holding both a CEL expression (rendered into the CRD as ``x-kubernetes-validations``, so the API server
+rejects bad objects without a webhook) and the same check in Python (used by the operator on objects stored
+before the rule existed, and by the tests). The CRD generator, the parser and the payload builder all read
+these classes, so a field or a rule exists in exactly one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, TypeVar
+
+from intel_device_plugins.operator.model import FieldError, SpecError
+from intel_device_plugins.rmd import cpuset
+
+__all__ = ["FieldError", "SpecError"]
+
+GROUP: Final = "intel.com"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CONFIG_NAME: Final = "rmdconfig"  # RmdConfig is a singleton with this name
+NODE_STATE_PREFIX: Final = "rmd-node-state-"
+
+JSONSchema = dict[str, Any]
+_EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
+_MAX_LIST: Final = 1024  # bounds list sizes (and the cost of the CEL rules over them)
+_MAX_STR: Final = 253
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A cross-field rule: ``cel`` for the API server, ``holds`` for Python; both must agree."""
+
+    cel: str
+    message: str
+    holds: Callable[[Any], bool]
+
+
+def _field(
+    json_name: str,
+    description: str,
+    schema: JSONSchema | None = None,
+    *,
+    default: Any = None,
+    model: type[Model] | None = None,
+) -> Any:
+    """Declare a field: a JSON schema, or a nested ``model`` class (then the default is None)."""
+    meta: dict[str, Any] = {"json": json_name, "schema": schema, "description": description}
+    if model is not None:
+        meta["model"] = model
+    if isinstance(default, Mapping):
+        return dataclasses.field(default_factory=lambda: _EMPTY, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+_STR: Final[JSONSchema] = {"type": "string", "maxLength": _MAX_STR}
+_NONNEG: Final[JSONSchema] = {"type": "integer", "minimum": 0}
+_BOOL: Final[JSONSchema] = {"type": "boolean"}
+_STR_MAP: Final[JSONSchema] = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 63}}
+_CPUSET_LIST: Final[JSONSchema] = {
+    "type": "array",
+    "maxItems": _MAX_LIST,
+    "items": {"type": "string", "maxLength": 4096, "pattern": cpuset.CPUSET_PATTERN},
+}
+_NODE_LIST: Final[JSONSchema] = {"type": "array", "maxItems": _MAX_LIST, "items": _STR}
+_LEGACY: Final[JSONSchema] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+class Model:
+    """Base of the model classes: ``RULES`` are checked after every field parsed."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = ()
+    REQUIRED: ClassVar[tuple[str, ...]] = ()  # JSON names that must be present
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSpec(Model):
+    """L3 cache ways: max == min > 0 is the guaranteed pool, max > min > 0 best effort, 0/0 shared."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("max", "min")
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule("self.max >= self.min", "max must be greater than or equal to min", lambda c: c.max >= c.min),
+        Rule(
+            "self.max == 0 || self.min > 0",
+            "max > 0 needs min > 0: RMD has no pool for min = 0 (use max = min = 0 for the shared pool)",
+            lambda c: c.max == 0 or c.min > 0,
+        ),
+    )
+
+    max: int = _field("max", "Most cache ways the workload may use.", _NONNEG, default=0)
+    min: int = _field("min", "Cache ways the workload is guaranteed.", _NONNEG, default=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MbaSpec(Model):
+    """Memory bandwidth allocation, as a percentage or in MBps (whichever the node's RMD supports)."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!(has(self.percentage) && has(self.mbps))",
+            "set percentage or mbps, not both",
+            lambda m: m.percentage is None or m.mbps is None,
+        ),
+    )
+
+    percentage: int | None = _field(
+        "percentage", "Share of memory bandwidth, 1-100.", {"type": "integer", "minimum": 1, "maximum": 100}
+    )
+    mbps: int | None = _field(
+        "mbps", "Memory bandwidth in MBps.", {"type": "integer", "minimum": 1, "maximum": 4294967290}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RdtSpec(Model):
+    """Resource Director Technology settings."""
+
+    cache: CacheSpec | None = _field(  # noqa: RUF009 (a frozen field descriptor)
+        "cache", "L3 cache ways; absent means no cache request.", model=CacheSpec
+    )
+    mba: MbaSpec | None = _field("mba", "Memory bandwidth allocation.", model=MbaSpec)  # noqa: RUF009 (a frozen field descriptor)
+
+
+@dataclasses.dataclass(frozen=True)
+class PstateSpec(Model):
+    """Parameters of RMD's P-state plugin."""
+
+    ratio: str | None = _field(
+        "ratio",
+        'P-state ratio as a decimal number, e.g. "1.5".',
+        {"type": "string", "maxLength": 32, "pattern": r"^[0-9]+(\.[0-9]+)?$"},
+    )
+    monitoring: str | None = _field(
+        "monitoring", "P-state monitoring.", {"type": "string", "enum": ["on", "off"]}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginsSpec(Model):
+    """RMD plugin parameters."""
+
+    pstate: PstateSpec | None = _field("pstate", "P-state plugin parameters.", model=PstateSpec)  # noqa: RUF009 (a frozen field descriptor)
+
+
+def _has_nodes(s: RmdWorkloadSpec) -> bool:
+    return bool(s.nodes)
+
+
+def _has_selector(s: RmdWorkloadSpec) -> bool:
+    return bool(s.node_selector)
+
+
+@dataclasses.dataclass(frozen=True)
+class RmdWorkloadSpec(Model):
+    """Cache, memory bandwidth and P-state settings for a set of CPUs on a set of nodes."""
+
+    RULES: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.cache)",
+            "spec.cache is the stale v0.1 layout: move max and min to spec.rdt.cache",
+            lambda s: s.legacy_cache is None,
+        ),
+        Rule(
+            "!has(self.pstate)",
+            "spec.pstate is the stale v0.1 layout: move ratio and monitoring to spec.plugins.pstate",
+            lambda s: s.legacy_pstate is None,
+        ),
+        Rule(
+            "(has(self.nodes) && size(self.nodes) > 0) != "
+            "(has(self.nodeSelector) && size(self.nodeSelector) > 0)",
+            "set exactly one of nodes and nodeSelector",
+            lambda s: _has_nodes(s) != _has_selector(s),
+        ),
+        Rule(
+            "(has(self.allCores) && self.allCores) != (has(self.coreIds) && size(self.coreIds) > 0)",
+            "set exactly one of coreIds and allCores: true",
+            lambda s: s.all_cores != bool(s.core_ids),
+        ),
+        Rule(
+            "!has(self.reservedCoreIds) || size(self.reservedCoreIds) == 0 || "
+            "(has(self.allCores) && self.allCores)",
+            "reservedCoreIds is only meaningful with allCores: true",
+            lambda s: not s.reserved_core_ids or s.all_cores,
+        ),
+        Rule(
+            "has(self.policy) || (has(self.rdt) && (has(self.rdt.cache) || has(self.rdt.mba))) || "
+            "(has(self.plugins) && has(self.plugins.pstate))",
+            "nothing to enforce: set policy, rdt.cache, rdt.mba or plugins.pstate",
+            lambda s: (
+                bool(s.policy)
+                or (s.rdt is not None and (s.rdt.cache is not None or s.rdt.mba is not None))
+                or (s.plugins is not None and s.plugins.pstate is not None)
+            ),
+        ),
+    )
+
+    all_cores: bool = _field(
+        "allCores", "Use every CPU of the node except reservedCoreIds.", _BOOL, default=False
+    )
+    core_ids: tuple[str, ...] = _field(
+        "coreIds",
+        'CPU lists such as "0-3" or "6"; the workload\'s CPUs are their union.',
+        _CPUSET_LIST,
+        default=(),
+    )
+    reserved_core_ids: tuple[str, ...] = _field(
+        "reservedCoreIds", "CPU lists left out when allCores is set.", _CPUSET_LIST, default=()
+    )
+    policy: str | None = _field(
+        "policy",
+        "RMD policy (e.g. gold, silver, bronze).",
+        {"type": "string", "minLength": 1, "maxLength": 63},
+    )
+    rdt: RdtSpec | None = _field("rdt", "Cache and memory bandwidth settings.", model=RdtSpec)  # noqa: RUF009 (a frozen field descriptor)
+    plugins: PluginsSpec | None = _field("plugins", "RMD plugin parameters.", model=PluginsSpec)  # noqa: RUF009 (a frozen field descriptor)
+    node_selector: Mapping[str, str] = _field(
+        "nodeSelector",
+        "Labels of the nodes to apply the workload on (combined with the RmdConfig's rmdNodeSelector).",
+        _STR_MAP,
+        default=_EMPTY,
+    )
+    nodes: tuple[str, ...] = _field(
+        "nodes", "Names of the nodes to apply the workload on.", _NODE_LIST, default=()
+    )
+    legacy_cache: Mapping[str, Any] | None = _field(
+        "cache", "Rejected: the v0.1 layout; use rdt.cache.", _LEGACY
+    )
+    legacy_pstate: Mapping[str, Any] | None = _field(
+        "pstate", "Rejected: the v0.1 layout; use plugins.pstate.", _LEGACY
+    )
+
+    def cpus(self) -> frozenset[int]:
+        """The CPUs named by ``coreIds`` (parsed; the model guarantees they parse)."""
+        return cpuset.parse_all(self.core_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class RmdNodeStateSpec(Model):
+    """The node whose RMD workloads this object mirrors."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("node",)
+
+    node: str = _field(
+        "node", "Node name.", {"type": "string", "minLength": 1, "maxLength": _MAX_STR}, default=""
+    )
+    node_uid: str = _field("nodeUid", "UID of the Node object.", _STR, default="")
+
+
+@dataclasses.dataclass(frozen=True)
+class RmdConfigSpec(Model):
+    """Where RMD and the node agent run. Only one RmdConfig, named rmdconfig, is read."""
+
+    rmd_image: str = _field(
+        "rmdImage", "Container image of RMD; empty means the operator's default.", _STR, default=""
+    )
+    deploy_node_agent: bool = _field(
+        "deployNodeAgent",
+        "Run the node agent, which turns pods requesting intel.com/l3_cache_ways into RmdWorkloads.",
+        _BOOL,
+        default=False,
+    )
+    rmd_node_selector: Mapping[str, str] = _field(
+        "rmdNodeSelector",
+        "Labels of the nodes that run RMD; empty means nodes with L3 cache allocation "
+        "(feature.node.kubernetes.io/cpu-rdt.RDTL3CA=true, labelled by NFD).",
+        _STR_MAP,
+        default=_EMPTY,
+    )
+
+
+M = TypeVar("M", bound=Model)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Schema
+
+
+def model_fields(cls: type[Model]) -> tuple[dataclasses.Field[Any], ...]:
+    """Fields in JSON-name order (the schema's and the error messages' order)."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    return tuple(sorted(fields, key=lambda f: str(f.metadata["json"])))
+
+
+def schema_of(cls: type[Model], description: str | None = None) -> JSONSchema:
+    """Structural OpenAPI v3 schema of a model class, with its rules as ``x-kubernetes-validations``."""
+    props: dict[str, JSONSchema] = {}
+    for f in model_fields(cls):
+        model = f.metadata.get("model")
+        desc = str(f.metadata["description"])
+        sub = schema_of(model, desc) if model is not None else {**f.metadata["schema"], "description": desc}
+        props[str(f.metadata["json"])] = sub
+    out: JSONSchema = {
+        "type": "object",
+        "description": description or (cls.__doc__ or "").strip().splitlines()[0],
+        "properties": props,
+    }
+    if cls.REQUIRED:
+        out["required"] = list(cls.REQUIRED)
+    if cls.RULES:
+        out["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in cls.RULES]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _scalar(path: str, value: Any, schema: JSONSchema, errors: list[FieldError]) -> Any:
+    typ = schema["type"]
+    if typ == "string":
+        if not isinstance(value, str):
+            errors.append(FieldError(path, "must be a string"))
+            return None
+        if "enum" in schema and value not in schema["enum"]:
+            allowed = ", ".join(f'"{v}"' for v in schema["enum"])
+            errors.append(FieldError(path, f'unsupported value "{value}": supported values: {allowed}'))
+        if len(value) > schema.get("maxLength", len(value)) or len(value) < schema.get("minLength", 0):
+            errors.append(
+                FieldError(path, f"length must be {schema.get('minLength', 0)}-{schema['maxLength']}")
+            )
+        if "pattern" in schema:
+            if schema["pattern"] == cpuset.CPUSET_PATTERN:
+                try:
+                    cpuset.parse(value)
+                except cpuset.CpusetError as exc:
+                    errors.append(FieldError(path, str(exc)))
+            elif re.fullmatch(schema["pattern"].strip("^$"), value) is None:
+                errors.append(FieldError(path, f'"{value}" does not match {schema["pattern"]}'))
+        return value
+    if typ == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append(FieldError(path, "must be an integer"))
+            return None
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(FieldError(path, f"should be greater than or equal to {schema['minimum']}"))
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append(FieldError(path, f"should be less than or equal to {schema['maximum']}"))
+        return value
+    if typ == "boolean":
+        if not isinstance(value, bool):
+            errors.append(FieldError(path, "must be a boolean"))
+            return None
+        return value
+    if typ == "array":
+        if not isinstance(value, list):
+            errors.append(FieldError(path, "must be a list"))
+            return None
+        if len(value) > schema.get("maxItems", len(value)):
+            errors.append(FieldError(path, f"must have at most {schema['maxItems']} items"))
+        return tuple(_scalar(f"{path}[{i}]", v, schema["items"], errors) for i, v in enumerate(value))
+    if typ == "object":
+        if not isinstance(value, Mapping):
+            errors.append(FieldError(path, "must be an object"))
+            return None
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return MappingProxyType(dict(value))
+        for k, v in value.items():
+            _scalar(f"{path}.{k}", v, schema["additionalProperties"], errors)
+        return MappingProxyType({str(k): str(v) for k, v in value.items()})
+    raise AssertionError(f"unhandled schema type {typ!r}")
+
+
+def _parse_into(cls: type[M], raw: Any, path: str, errors: list[FieldError]) -> M | None:
+    if not isinstance(raw, Mapping):
+        errors.append(FieldError(path, "must be an object"))
+        return None
+    before = len(errors)
+    kwargs: dict[str, Any] = {}
+    for name in cls.REQUIRED:
+        if raw.get(name) is None:
+            errors.append(FieldError(f"{path}.{name}", "Required value"))
+    for f in model_fields(cls):
+        json_name = str(f.metadata["json"])
+        if raw.get(json_name) is None:
+            continue
+        sub_path = f"{path}.{json_name}"
+        model = f.metadata.get("model")
+        if model is not None:
+            parsed = _parse_into(model, raw[json_name], sub_path, errors)
+        else:
+            parsed = _scalar(sub_path, raw[json_name], f.metadata["schema"], errors)
+        if parsed is not None:
+            kwargs[f.name] = parsed
+    if len(errors) > before:
+        return None
+    obj = cls(**kwargs)
+    for rule in cls.RULES:
+        if not rule.holds(obj):
+            errors.append(FieldError(path, rule.message))
+    return obj if len(errors) == before else None
+
+
+def parse(cls: type[M], raw: Any, path: str = "spec") -> M:
+    """Build the typed model from JSON; unknown fields are ignored (the API server prunes them).
+
+    Raises SpecError naming every malformed field and broken rule.
+    """
+    errors: list[FieldError] = []
+    obj = _parse_into(cls, {} if raw is None else raw, path, errors)
+    if errors or obj is None:
+        raise SpecError(errors or [FieldError(path, "invalid")])
+    return obj
+
+
+def to_json(obj: Model) -> dict[str, Any]:
+    """JSON form with absent, empty and false fields omitted."""
+    out: dict[str, Any] = {}
+    for f in model_fields(type(obj)):
+        value = getattr(obj, f.name)
+        if value is None or value is False or value == () or (isinstance(value, Mapping) and not value):
+            continue
+        name = str(f.metadata["json"])
+        if isinstance(value, Model):
+            out[name] = to_json(value)
+        elif isinstance(value, Mapping):
+            out[name] = dict(value)
+        elif isinstance(value, tuple):
+            out[name] = list(value)
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,571 @@
+"""``intel-rmd-operator``: the RmdConfig, RmdNodeState and RmdWorkload controllers against the API server.
+
+Watches (lightkube, reconnecting) only queue keys; workers reconcile each key from the current state of the
+cluster and of RMD (level-based), using the pure plans of ``reconcile.py``, so a repeat changes nothing.
+Every key is also re-queued periodically: RmdWorkloads every ``workload_resync_s`` (RMD may have lost a
+workload), RmdNodeStates every ``node_state_period_s``. One replica reconciles at a time (a Lease).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+from lightkube import AsyncClient
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from intel_device_plugins.operator.apierrors import is_status
+from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
+from intel_device_plugins.operator.workqueue import WorkQueue
+from intel_device_plugins.rmd import reconcile as rc
+from intel_device_plugins.rmd.client import (
+    RmdApiError,
+    RmdCallError,
+    RmdClient,
+    RmdUnreachable,
+    TlsConfigError,
+    TlsMaterial,
+    Transport,
+    client_ssl_context,
+)
+from intel_device_plugins.rmd.model import (
+    CONFIG_NAME,
+    GROUP,
+    VERSION,
+    RmdConfigSpec,
+    RmdWorkloadSpec,
+    SpecError,
+    parse,
+)
+from intel_device_plugins.rmd.payload import host_cpus, workload_uuid
+from intel_device_plugins.rmd.watch import watch_forever
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER: Final = "intel-rmd-operator"
+LEASE_NAME: Final = "intel-rmd-operator-lock"
+
+RmdWorkload = create_namespaced_resource(GROUP, VERSION, "RmdWorkload", "rmdworkloads")
+RmdNodeState = create_namespaced_resource(GROUP, VERSION, "RmdNodeState", "rmdnodestates")
+RmdConfig = create_namespaced_resource(GROUP, VERSION, "RmdConfig", "rmdconfigs")
+
+Key = tuple[str, ...]  # ("config",) | ("node", node) | ("workload", namespace, name)
+CONFIG_KEY: Final[Key] = ("config",)
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    namespace: str
+    transport: Transport
+    endpoints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # node → RMD URL override
+    workers: int = 4
+    workload_resync_s: float = 60.0
+    node_state_period_s: float = 10.0
+    config_resync_s: float = 30.0
+    retry_s: float = 5.0
+    cleanup_grace_s: float = 120.0
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = obj.to_dict()
+    return out
+
+
+def _age_s(timestamp: str) -> float:
+    try:
+        then = dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (dt.datetime.now(dt.UTC) - then).total_seconds()
+
+
+class RmdOperator:
+    """Reconcilers for the three kinds; ``run`` starts watches, workers and periodic re-queues."""
+
+    def __init__(self, client: AsyncClient, session: aiohttp.ClientSession, cfg: OperatorConfig) -> None:
+        self.client = client
+        self.session = session
+        self.cfg = cfg
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.reconciled = 0
+        # Status of every RmdWorkload, kept from the watch: node-state reconciles read it instead of listing.
+        self.workload_status: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.node_labels: dict[str, Mapping[str, str]] = {}
+        self.node_states: dict[
+            str, Mapping[str, Any]
+        ] = {}  # latest RmdNodeState per node, from the watch  # heartbeats change nodes; only labels matter
+
+    # ---------------------------------------------------------------- plumbing
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
+        tasks += [
+            asyncio.create_task(self._watch(RmdConfig, self.cfg.namespace, self._on_config)),
+            asyncio.create_task(self._watch(RmdNodeState, self.cfg.namespace, self._on_node_state)),
+            asyncio.create_task(self._watch(RmdWorkload, "*", self._on_workload)),
+            asyncio.create_task(self._watch(Node, None, self._on_node)),
+            asyncio.create_task(self._watch(Pod, self.cfg.namespace, self._on_rmd_pod, rc.RMD_POD_LABELS)),
+        ]
+        self.queue.add(CONFIG_KEY)
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _watch(
+        self, res: Any, namespace: str | None, handler: Any, labels: Mapping[str, str] | None = None
+    ) -> Coroutine[Any, Any, None]:
+        return watch_forever(self.client, res, handler, namespace=namespace, labels=labels)
+
+    def _on_config(self, event: str, body: Mapping[str, Any]) -> None:
+        self.queue.add(CONFIG_KEY)
+
+    def _on_node_state(self, event: str, body: Mapping[str, Any]) -> None:
+        node = str((body.get("spec") or {}).get("node") or "")
+        if event == "DELETED":
+            self.node_states.pop(node, None)
+        else:
+            self.node_states[node] = body
+        if event == "MODIFIED":
+            return  # only this operator writes node states; the periodic re-read drives them
+        if node and body.get("metadata", {}).get("name") == rc.node_state_name(node):
+            self.queue.add(("node", node))
+
+    def _on_workload(self, event: str, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        status = body.get("status") or {}
+        if event == "DELETED":
+            self.workload_status.pop(key, None)
+        else:
+            self.workload_status[key] = status
+        if (
+            event == "MODIFIED"
+            and not meta.get("deletionTimestamp")
+            and meta.get("generation") is not None
+            and status.get("observedGeneration") == meta.get("generation")
+        ):
+            return  # our own status write; the spec is already handled
+        self.queue.add(("workload", *key))
+
+    def _on_node(self, event: str, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        name, labels = str(meta.get("name")), dict(meta.get("labels") or {})
+        if event == "DELETED":
+            self.node_labels.pop(name, None)
+        elif self.node_labels.get(name) == labels:
+            return
+        else:
+            self.node_labels[name] = labels
+        self.queue.add(CONFIG_KEY)
+        for key in list(self.workload_status):  # selectors may now match other nodes
+            self.queue.add(("workload", *key))
+
+    def _on_rmd_pod(self, event: str, body: Mapping[str, Any]) -> None:
+        node = (body.get("spec") or {}).get("nodeName")
+        if node:
+            self.queue.add(("node", str(node)))
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            failed = False
+            try:
+                delay = await self.reconcile(key)
+            except Exception as exc:
+                failed, delay = True, None
+                log.warning("reconcile %s failed: %s", "/".join(key), exc)
+            self.reconciled += 1
+            retry = self.queue.done(key, failed=failed)
+            if not failed and delay is not None and retry is None:
+                self.queue.add_after(key, delay)
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Reconcile one key; returns when to look again (None: only on change)."""
+        if key[0] == "config":
+            return await self.reconcile_config()
+        if key[0] == "node":
+            return await self.reconcile_node_state(key[1])
+        return await self.reconcile_workload(key[1], key[2])
+
+    # ---------------------------------------------------------------- shared lookups
+
+    async def _config(self) -> tuple[dict[str, Any], RmdConfigSpec] | None:
+        try:
+            body = _plain(await self.client.get(RmdConfig, CONFIG_NAME, namespace=self.cfg.namespace))
+        except Exception as exc:
+            if is_status(exc, 404):
+                return None
+            raise
+        return body, parse(RmdConfigSpec, body.get("spec"))
+
+    async def _nodes(self) -> tuple[list[rc.NodeInfo], dict[str, list[str]]]:
+        infos, addresses = [], {}
+        async for node in self.client.list(Node):
+            meta = node.metadata
+            assert meta is not None and meta.name is not None
+            infos.append(rc.NodeInfo(meta.name, dict(meta.labels or {}), meta.uid or ""))
+            addrs = (node.status.addresses if node.status else None) or []
+            addresses[meta.name] = [a.address for a in addrs]
+        return infos, addresses
+
+    async def _rmd_pods(self, nodes: Sequence[rc.NodeInfo]) -> list[dict[str, Any]]:
+        """The RMD pods, listed once per reconcile, unless every node has an address override."""
+        if all(n.name in self.cfg.endpoints for n in nodes):
+            return []
+        pods = self.client.list(Pod, namespace=self.cfg.namespace, labels=dict(rc.RMD_POD_LABELS))
+        return [_plain(p) async for p in pods]
+
+    def _rmd_client(
+        self, node: rc.NodeInfo, addresses: Sequence[str], pods: Sequence[Mapping[str, Any]]
+    ) -> RmdClient:
+        url = self.cfg.endpoints.get(node.name)
+        if url is None:
+            url = self.cfg.transport.base_url(rc.rmd_host(node, addresses, pods))
+        return RmdClient(self.session, self.cfg.transport, url)
+
+    async def _view(
+        self,
+        node: rc.NodeInfo,
+        addresses: Sequence[str],
+        want_cpus: bool,
+        pods: Sequence[Mapping[str, Any]],
+    ) -> tuple[rc.NodeView, RmdClient | None]:
+        try:
+            rmd = self._rmd_client(node, addresses, pods)
+            workloads = await rmd.get_workloads()
+            cpus = host_cpus(await rmd.get_cache_l3()) if want_cpus else None
+        except (LookupError, RmdCallError, ValueError) as exc:
+            return rc.NodeView(node.name, None, error=str(exc)), None
+        return rc.NodeView(node.name, tuple(workloads), cpus), rmd
+
+    async def _set_status(
+        self, res: Any, name: str, namespace: str, body: Mapping[str, Any], status: Any
+    ) -> None:
+        if body.get("status") == status:
+            return
+        patch = [{"op": "add", "path": "/status", "value": status}]
+        await self.client.patch(res.Status, name, patch, namespace=namespace, patch_type=PatchType.JSON)
+
+    # ---------------------------------------------------------------- RmdConfig
+
+    async def reconcile_config(self) -> float | None:
+        found = await self._config()
+        if found is None:
+            return None
+        body, spec = found
+        meta = body["metadata"]
+        owner = {"name": meta["name"], "uid": meta["uid"]}
+        nodes, _ = await self._nodes()
+        states = [
+            _plain(s)["metadata"]["name"]
+            async for s in self.client.list(RmdNodeState, namespace=self.cfg.namespace)
+        ]
+        plan = rc.plan_config(spec, owner, self.cfg.namespace, nodes, states)
+        for ds in plan.daemonsets:
+            await self.client.patch(
+                DaemonSet,
+                ds["metadata"]["name"],
+                ds,
+                namespace=self.cfg.namespace,
+                patch_type=PatchType.APPLY,
+                field_manager=FIELD_MANAGER,
+                force=True,
+            )
+        if plan.delete_agent:
+            with contextlib.suppress(Exception):
+                await self.client.delete(DaemonSet, rc.AGENT_DAEMONSET, namespace=self.cfg.namespace)
+        for state in plan.create_node_states:
+            try:
+                await self.client.create(RmdNodeState.from_dict(state))
+            except Exception as exc:
+                if not is_status(exc, 409):
+                    raise
+        for name in plan.delete_node_states:
+            with contextlib.suppress(Exception):
+                await self.client.delete(RmdNodeState, name, namespace=self.cfg.namespace)
+        if (body.get("status") or {}).get("nodes") != plan.status["nodes"]:
+            await self._set_status(RmdConfig, CONFIG_NAME, self.cfg.namespace, body, plan.status)
+            await self._requeue_workloads()  # the set of RMD nodes changed: selectors may target others now
+        for node in plan.status["nodes"]:
+            self.queue.add(("node", node))
+        return self.cfg.config_resync_s
+
+    async def _requeue_workloads(self) -> None:
+        async for w in self.client.list(RmdWorkload, namespace="*"):
+            meta = _plain(w)["metadata"]
+            self.queue.add(("workload", meta["namespace"], meta["name"]))
+
+    # ---------------------------------------------------------------- RmdNodeState
+
+    async def reconcile_node_state(self, node_name: str) -> float | None:
+        name = rc.node_state_name(node_name)
+        cached = self.node_states.get(node_name)
+        if cached is not None:
+            body: Mapping[str, Any] = cached
+        else:
+            try:
+                body = _plain(await self.client.get(RmdNodeState, name, namespace=self.cfg.namespace))
+            except Exception as exc:
+                if is_status(exc, 404):
+                    return None
+                raise
+        node = rc.NodeInfo(node_name, {})
+        addresses: list[str] = []
+        pods = await self._rmd_pods([node])
+        if pods:  # only needed to find the RMD pod by host IP
+            with contextlib.suppress(Exception):
+                found = await self.client.get(Node, node_name)
+                addresses = [a.address for a in (found.status.addresses if found.status else None) or []]
+        view, rmd = await self._view(node, addresses, False, pods)
+        prev_sync = str((body.get("status") or {}).get("lastSync") or "")
+        status = rc.node_state_status(
+            body.get("status"),
+            view.workloads,
+            view.error,
+            _now(),
+            _age_s(prev_sync) if prev_sync else float("inf"),
+        )
+        await self._set_status(RmdNodeState, name, self.cfg.namespace, body, status)
+        if view.workloads is not None and rmd is not None:
+            crs = dict(self.workload_status)
+            for wid in rc.orphans(view.workloads, frozenset(crs)):
+                uuid = next(str(w.get("uuid")) for w in view.workloads if str(w.get("id")) == wid)
+                if await self._cr_exists(uuid):
+                    continue  # the watch has not shown it yet
+                log.info(
+                    "removing workload %s (%s) from RMD on %s: its RmdWorkload is gone", wid, uuid, node_name
+                )
+                with contextlib.suppress(RmdCallError):
+                    await rmd.delete_workload(wid)
+            for ns, wname in rc.needs_reconcile(view.workloads, node_name, crs):
+                self.queue.add(("workload", ns, wname))
+        return self.cfg.node_state_period_s
+
+    async def _cr_exists(self, uuid: str) -> bool:
+        namespace, _, name = uuid.partition("/")
+        try:
+            await self.client.get(RmdWorkload, name, namespace=namespace)
+        except Exception as exc:
+            if is_status(exc, 404):
+                return False
+            raise
+        return True
+
+    # ---------------------------------------------------------------- RmdWorkload
+
+    async def _execute(
+        self, action: rc.NodeAction, rmd: RmdClient | None, previous: Mapping[str, Any]
+    ) -> rc.NodeResult:
+        node = action.node
+        prev_response = str((previous.get(node) or {}).get("response") or "Success: 200")
+        if action.act is rc.Act.UNREACHABLE or rmd is None:
+            return rc.NodeResult(node, f"Fail: RMD unreachable: {action.error}", None)
+        if action.act is rc.Act.GONE:
+            return rc.NodeResult(node, "", None, removed=True)
+        if action.act is rc.Act.KEEP:
+            return rc.NodeResult(node, prev_response, action.existing)
+        payload = dict(action.payload or {})
+        try:
+            if action.act is rc.Act.DELETE:
+                await rmd.delete_workload(action.workload_id)
+                return rc.NodeResult(node, "Success: 200", None, removed=True)
+            if action.act is rc.Act.UPDATE:
+                return rc.NodeResult(
+                    node, "Success: 200", await rmd.patch_workload(action.workload_id, payload)
+                )
+            if action.act is rc.Act.REPLACE:
+                await rmd.delete_workload(action.workload_id)
+            return rc.NodeResult(node, "Success: 201", await rmd.post_workload(payload))
+        except RmdApiError as err:
+            return rc.NodeResult(
+                node,
+                f"Fail: {err.text.strip()}",
+                None if action.act is not rc.Act.DELETE else action.existing,
+            )
+        except RmdUnreachable as err:
+            return rc.NodeResult(node, f"Fail: RMD unreachable: {err}", action.existing)
+
+    async def reconcile_workload(self, namespace: str, name: str) -> float | None:
+        try:
+            body = _plain(await self.client.get(RmdWorkload, name, namespace=namespace))
+        except Exception as exc:
+            if is_status(exc, 404):
+                return None
+            raise
+        meta = body["metadata"]
+        status = body.get("status") or {}
+        generation = meta.get("generation")
+        uuid = workload_uuid(namespace, name)
+        deleting = bool(meta.get("deletionTimestamp"))
+        finalizers = list(meta.get("finalizers") or [])
+        if deleting and rc.FINALIZER not in finalizers:
+            return None
+        if not deleting and rc.FINALIZER not in finalizers:
+            patch = {"metadata": {"finalizers": [*finalizers, rc.FINALIZER]}}
+            await self.client.patch(RmdWorkload, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
+        spec: RmdWorkloadSpec | None = None
+        if not deleting:
+            try:
+                spec = parse(RmdWorkloadSpec, body.get("spec"))
+            except SpecError as exc:
+                await self._set_status(
+                    RmdWorkload, name, namespace, body, rc.invalid_status(str(exc), generation)
+                )
+                return None
+        found = await self._config()
+        if found is None:
+            if deleting:
+                await self._drop_finalizer(name, namespace, finalizers)
+                return None
+            message = f"no RmdConfig {self.cfg.namespace}/{CONFIG_NAME}: RMD is not deployed"
+            await self._set_status(RmdWorkload, name, namespace, body, rc.invalid_status(message, generation))
+            return self.cfg.retry_s
+        nodes, addresses = await self._nodes()
+        selector = rc.rmd_selector(found[1])
+        rmd_nodes = [n for n in nodes if rc.selects(selector, n.labels)]
+        wanted, missing = rc.targets(spec, nodes, frozenset(n.name for n in rmd_nodes)) if spec else ((), ())
+        want_cpus = spec is not None and spec.all_cores
+        pods = await self._rmd_pods(rmd_nodes)
+        fetched = await asyncio.gather(
+            *(
+                self._view(n, addresses.get(n.name, []), want_cpus and n.name in wanted, pods)
+                for n in rmd_nodes
+            )
+        )
+        views = [v for v, _ in fetched]
+        clients = {v.node: c for v, c in fetched}
+        actions = rc.plan_workload(spec, uuid, wanted, views)
+        previous = status.get("workloadStates") or {}
+        results = await asyncio.gather(*(self._execute(a, clients.get(a.node), previous) for a in actions))
+        failed = [r.node for r in results if r.response.startswith("Fail")]
+        if deleting:
+            failed_deletes = [
+                r.node
+                for r, a in zip(results, actions, strict=True)
+                if a.act is rc.Act.DELETE and not r.removed
+            ]
+            waited = _age_s(str(meta.get("deletionTimestamp")))
+            if rc.cleanup_done(actions, failed_deletes, waited, self.cfg.cleanup_grace_s):
+                await self._drop_finalizer(name, namespace, finalizers)
+                return None
+            new = rc.workload_status(status, [], [], results, generation)
+            await self._set_status(RmdWorkload, name, namespace, body, new)
+            return self.cfg.retry_s
+        new = rc.workload_status(status, wanted, missing, results, generation)
+        await self._set_status(RmdWorkload, name, namespace, body, new)
+        return self.cfg.retry_s if failed or missing else self.cfg.workload_resync_s
+
+    async def _drop_finalizer(self, name: str, namespace: str, finalizers: list[str]) -> None:
+        rest = [f for f in finalizers if f != rc.FINALIZER]
+        patch = {"metadata": {"finalizers": rest or None}}
+        with contextlib.suppress(Exception):
+            await self.client.patch(RmdWorkload, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
+
+
+# -------------------------------------------------------------------- command line
+
+
+def _endpoint(text: str) -> tuple[str, str]:
+    node, sep, url = text.partition("=")
+    if not sep or not node or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NODE=https://HOST:PORT")
+    return node, url
+
+
+def build_transport(tls_dir: Path | None, plain: bool, timeout_s: float) -> Transport:
+    """mTLS from ``tls_dir`` (a mounted Secret); plain HTTP only with the explicit debug flag."""
+    if plain:
+        return Transport(None, allow_plain_http=True, timeout_s=timeout_s)
+    if tls_dir is None:
+        raise TlsConfigError("--tls-dir is required (RMD is reached over mutual TLS)")
+    return Transport(client_ssl_context(TlsMaterial.from_dir(tls_dir)), timeout_s=timeout_s)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="intel-rmd-operator", description="Operator for Intel RMD.")
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE") or os.environ.get("WATCH_NAMESPACE") or "default",
+    )
+    p.add_argument("--tls-dir", type=Path, default=Path("/etc/rmd-tls"), help="ca.crt, tls.crt, tls.key")
+    p.add_argument(
+        "--insecure-plain-http",
+        action="store_true",
+        help="DEBUG ONLY: reach RMD over plain HTTP without authentication (RMD's -d mode)",
+    )
+    p.add_argument("--rmd-endpoint", type=_endpoint, action="append", default=[], metavar="NODE=URL")
+    p.add_argument("--rmd-timeout", type=float, default=10.0)
+    p.add_argument("--workload-resync", type=float, default=60.0)
+    p.add_argument("--node-state-period", type=float, default=10.0)
+    p.add_argument("--cleanup-grace", type=float, default=120.0)
+    p.add_argument("--no-leader-elect", action="store_true")
+    p.add_argument("-v", type=int, default=0, help="log verbosity")
+    return p
+
+
+async def amain(args: argparse.Namespace) -> int:
+    transport = build_transport(args.tls_dir, args.insecure_plain_http, args.rmd_timeout)
+    cfg = OperatorConfig(
+        namespace=args.namespace,
+        transport=transport,
+        endpoints=dict(args.rmd_endpoint),
+        workload_resync_s=args.workload_resync,
+        node_state_period_s=args.node_state_period,
+        cleanup_grace_s=args.cleanup_grace,
+    )
+    client = AsyncClient(field_manager=FIELD_MANAGER)
+    async with aiohttp.ClientSession() as session:
+        operator = RmdOperator(client, session, cfg)
+        if args.no_leader_elect:
+            await operator.run()
+            return 0
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
+        elector = LeaderElector(
+            client, ElectionConfig(namespace=args.namespace, identity=identity, name=LEASE_NAME)
+        )
+        while True:
+            await elector.run(operator.run)
+            log.error("leadership lost; campaigning again")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.v >= 4 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("httpx", "httpx2", "httpcore"):  # one line per API request otherwise
+        logging.getLogger(noisy).setLevel(logging.DEBUG if args.v >= 6 else logging.WARNING)
+    try:
+        return asyncio.run(amain(args))
+    except TlsConfigError as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""``intel_fpga_admissionwebhook`` and ``intel_sgx_admissionwebhook``: the pod webhooks on their own.
+
+Same HTTPS server, TLS settings, server limits and certificate modes as the operator (cert-manager files, or
+self-managed: issued, rotated and injected by the process itself). Flags keep upstream's names and accept
+one or two leading dashes. ``--leader-elect`` is accepted for compatibility and changes nothing: every
+replica serves admission and must know the mappings, so there is nothing for a leader to do alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from lightkube import AsyncClient
+
+from intel_device_plugins.operator.cli import (
+    _Parser,
+    _wait_loaded,
+    add_webhook_flags,
+    go_bool,
+    install_signal_handlers,
+    normalise_dashes,
+    self_managed_certs,
+)
+from intel_device_plugins.operator.metrics import Metrics
+from intel_device_plugins.operator.webhook_server import (
+    ReviewHandler,
+    RunningServer,
+    ServingCert,
+    health_app,
+    metrics_app,
+    parse_bind,
+    start,
+    webhook_app,
+)
+from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
+from intel_device_plugins.webhooks.store import MappingStore
+from intel_device_plugins.webhooks.watch import follow_all
+
+log = logging.getLogger("intel_admissionwebhook")
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="Mutating admission webhook for pods.")
+    add_webhook_flags(p)
+    p.add_argument("--metrics-bind-address", default="0", help="metrics address; 0 (default) disables")
+    p.add_argument("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address")
+    p.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const=True,
+        default=False,
+        type=go_bool,
+        help="accepted for compatibility; every replica serves",
+    )
+    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
+    return p
+
+
+async def serve(
+    opts: argparse.Namespace,
+    env: Mapping[str, str],
+    routes: Callable[[AsyncClient | None], tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]],
+    needs_client: bool,
+    ready_extra: Callable[[], bool] = lambda: True,
+) -> int:
+    """Run the webhook server (and health/metrics) until cancelled."""
+    self_managed = opts.webhook_cert_mode == "self-managed"
+    client = AsyncClient() if (needs_client or self_managed) else None
+    serving = ServingCert(Path(opts.webhook_cert_dir))
+    metrics = Metrics()
+    runners: list[RunningServer] = []
+    started = asyncio.Event()
+    paths, background = routes(client)
+    try:
+        if self_managed:
+            assert client is not None
+            namespace = env.get("POD_NAMESPACE") or "default"
+            certs = self_managed_certs(client, opts, namespace)
+            background.append(asyncio.create_task(certs.run()))
+        background.append(asyncio.create_task(serving.watch(2.0)))
+        host, port = parse_bind(opts.health_probe_bind_address)
+        if port:
+            runners.append(await start(health_app(lambda: started.is_set() and ready_extra()), host, port))
+        host, port = parse_bind(opts.metrics_bind_address)
+        if port:
+            runners.append(await start(metrics_app(metrics), host, port))
+        await _wait_loaded(serving)
+        runners.append(await start(webhook_app(metrics, paths), "", opts.webhook_port, serving.context))
+        log.info("webhook server listening on :%d for %s", opts.webhook_port, ", ".join(paths))
+        started.set()
+        await asyncio.Event().wait()
+        return 0
+    finally:
+        for t in background:
+            t.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        for r in runners:
+            await r.cleanup()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+
+def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
+    p = parser(prog)
+    opts = p.parse_args(normalise_dashes(list(sys.argv[1:] if argv is None else argv), p))
+    logging.basicConfig(
+        level=logging.DEBUG if opts.verbosity >= 2 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    store = MappingStore()
+
+    def routes(client: AsyncClient | None) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
+        if which == "sgx":
+            return {SGX_PATH: sgx_review}, []
+        assert client is not None
+        return {FPGA_PATH: fpga_review(store)}, [asyncio.create_task(follow_all(client, store))]
+
+    async def runner() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        install_signal_handlers(task)
+        try:
+            if which == "fpga":
+                return await serve(opts, dict(os.environ), routes, True, lambda: store.synced)
+            return await serve(opts, dict(os.environ), routes, False)
+        except asyncio.CancelledError:
+            return 0
+
+    return asyncio.run(runner())
+
+
+def fpga_main(argv: Sequence[str] | None = None) -> int:
+    return _run("intel_fpga_admissionwebhook", argv, "fpga")
+
+
+def sgx_main(argv: Sequence[str] | None = None) -> int:
+    return _run("intel_sgx_admissionwebhook", argv, "sgx")

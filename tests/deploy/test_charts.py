@@ -1,0 +1,187 @@
+"""The Helm charts render exactly what kustomize renders for the same choices, and only this project's images.
+
+helm comes from tools/helm/build.sh (Go modules, cached outside the clone), kubectl from the Kubernetes test
+binaries. Both are real: ``helm lint``, ``helm template`` and ``kubectl kustomize`` run here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from intel_device_plugins.operator import images
+
+ROOT = Path(__file__).resolve().parents[2]
+CHARTS = ROOT / "charts"
+OPERATOR_CHART = CHARTS / "intel-device-plugins-operator"
+CRS_CHART = CHARTS / "intel-device-plugins-crs"
+DEPLOY = ROOT / "deploy" / "operator"
+NAMESPACE = "inteldeviceplugins-system"
+Obj = dict[str, Any]
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    proc = subprocess.run([str(ROOT / "tools" / "helm" / "build.sh")], capture_output=True, text=True)
+    if proc.returncode:
+        _missing(f"tools/helm/build.sh failed: {proc.stderr[-800:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Path:
+    path = ROOT / "test" / "k8s" / "bin" / "kubectl"
+    if not path.exists():
+        _missing("kubectl is missing: run test/k8s/build.sh")
+    return path
+
+
+def _run(cmd: Sequence[str | Path]) -> str:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}:\n{proc.stderr}"
+    return proc.stdout
+
+
+def _objects(text: str) -> dict[tuple[str, str], Obj]:
+    out: dict[tuple[str, str], Obj] = {}
+    for doc in yaml.safe_load_all(text):
+        if doc:
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in out, f"{key} rendered twice"
+            out[key] = doc
+    return out
+
+
+def _template(helm: Path, chart: Path, *sets: str) -> dict[tuple[str, str], Obj]:
+    args: list[str | Path] = [helm, "template", "idp", chart, "--namespace", NAMESPACE, "--include-crds"]
+    for s in sets:
+        args += ["--set", s]
+    return _objects(_run(args))
+
+
+def _kustomize(kubectl: Path, directory: Path) -> dict[tuple[str, str], Obj]:
+    return _objects(_run([kubectl, "kustomize", "--load-restrictor=LoadRestrictionsNone", directory]))
+
+
+def _diff(helm_objs: dict[tuple[str, str], Obj], kustomize_objs: dict[tuple[str, str], Obj]) -> list[str]:
+    problems = [f"only in helm: {k}" for k in helm_objs.keys() - kustomize_objs.keys()]
+    problems += [f"only in kustomize: {k}" for k in kustomize_objs.keys() - helm_objs.keys()]
+    for key in sorted(helm_objs.keys() & kustomize_objs.keys()):
+        if helm_objs[key] != kustomize_objs[key]:
+            problems.append(
+                f"{key} differs:\nhelm: {yaml.safe_dump(helm_objs[key])}\nkustomize: "
+                f"{yaml.safe_dump(kustomize_objs[key])}"
+            )
+    return problems
+
+
+# (helm --set values, kustomize directory) for the same installation choice.
+CHOICES = {
+    "cert-manager": ((), DEPLOY / "default"),
+    "self-signed": (("certificates=self-signed",), DEPLOY / "self-signed"),
+    "high-availability": (("highAvailability=true",), DEPLOY / "overlays" / "ha"),
+    "gpu-only": (("devices={gpu}",), DEPLOY / "device" / "gpu"),
+}
+
+
+@pytest.mark.parametrize("choice", sorted(CHOICES))
+def test_operator_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path, choice: str) -> None:
+    sets, directory = CHOICES[choice]
+    rendered = _template(helm, OPERATOR_CHART, "createNamespace=true", *sets)
+    assert _diff(rendered, _kustomize(kubectl, directory)) == []
+
+
+def test_charts_lint(helm: Path) -> None:
+    for chart in (OPERATOR_CHART, CRS_CHART):
+        _run([helm, "lint", "--strict", chart])
+    _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", "certificates=self-signed"])
+
+
+def test_crs_chart_with_every_kind_renders_the_samples(helm: Path, kubectl: Path) -> None:
+    kinds = ["dlb", "dsa", "fpga", "gpu", "iaa", "npu", "qat", "sgx"]
+    rendered = _template(helm, CRS_CHART, *(f"plugins.{k}.enabled=true" for k in kinds))
+    assert len(rendered) == len(kinds)
+    assert _diff(rendered, _kustomize(kubectl, DEPLOY / "samples")) == []
+    assert _template(helm, CRS_CHART) == {}
+
+
+def _image_strings(objs: dict[tuple[str, str], Obj]) -> Iterator[str]:
+    def walk(node: Any) -> Iterator[str]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "image" and isinstance(value, str):
+                    yield value
+                elif key == "env" and isinstance(value, list):
+                    yield from (e["value"] for e in value if e.get("name") == images.PLUGIN_IMAGE_ENV)
+                else:
+                    yield from walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from walk(item)
+
+    for obj in objs.values():
+        if obj["kind"] != "CustomResourceDefinition":
+            yield from walk(obj)
+
+
+def test_defaults_reference_only_this_projects_images(helm: Path, kubectl: Path) -> None:
+    expected = {images.operator_image(), images.node_image()}
+    for objs in (
+        _template(helm, OPERATOR_CHART),
+        _kustomize(kubectl, DEPLOY / "default"),
+        _kustomize(kubectl, DEPLOY / "self-signed"),
+    ):
+        assert set(_image_strings(objs)) == expected
+    samples = set(_image_strings(_kustomize(kubectl, DEPLOY / "samples")))
+    assert samples == {images.node_image()}
+
+
+def test_registry_and_tag_are_set_in_one_place(helm: Path, kubectl: Path, tmp_path: Path) -> None:
+    prefix, tag = "registry.example:5000/team", "9.9.9"
+    want = {images.operator_image(prefix, tag), images.node_image(prefix, tag)}
+    chart = _template(helm, OPERATOR_CHART, f"image.repository={prefix}", f"image.tag={tag}")
+    assert set(_image_strings(chart)) == want
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    entries = [
+        {"name": f"{images.DEFAULT_IMAGE_PREFIX}/{name}", "newName": f"{prefix}/{name}", "newTag": tag}
+        for name in (images.OPERATOR_IMAGE_NAME, images.NODE_IMAGE_NAME)
+    ]
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [
+                    os.path.relpath(DEPLOY / "default", overlay),
+                    os.path.relpath(DEPLOY / "samples", overlay),
+                ],
+                "images": entries,
+            }
+        )
+    )
+    objs = _kustomize(kubectl, overlay)
+    assert set(_image_strings(objs)) == want
+    assert (
+        chart[("Deployment", "intel-deviceplugins-controller-manager")]
+        == objs[("Deployment", "intel-deviceplugins-controller-manager")]
+    )
+
+
+def test_chart_versions_follow_the_package() -> None:
+    for chart in (OPERATOR_CHART, CRS_CHART):
+        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+        assert meta["version"] == meta["appVersion"] == images.PROJECT_VERSION, chart
+    for crd in (ROOT / "deploy" / "crds").glob("*.yaml"):
+        if crd.name != "kustomization.yaml":
+            assert (OPERATOR_CHART / "crds" / crd.name).read_bytes() == crd.read_bytes(), crd.name

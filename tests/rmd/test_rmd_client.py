@@ -1,0 +1,188 @@
+"""The REST client against the simulated RMD: mutual TLS, RMD's errors, timeouts and refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from intel_device_plugins.rmd import pki
+from intel_device_plugins.rmd.client import (
+    RmdApiError,
+    RmdClient,
+    RmdUnreachable,
+    TlsConfigError,
+    TlsMaterial,
+    Transport,
+    client_ssl_context,
+)
+from intel_device_plugins.sim.rmd import RmdState, serve_rmd, server_tls
+
+
+def _write(directory: Path, ca: pki.Issued, server: pki.Issued) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.pem").write_bytes(ca.cert)
+    (directory / "rmd-cert.pem").write_bytes(server.cert)
+    (directory / "rmd-key.pem").write_bytes(server.key)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def ca() -> pki.Issued:
+    return pki.new_ca()
+
+
+@pytest.fixture
+def server_ssl(ca: pki.Issued, tmp_path: Path) -> ssl.SSLContext:
+    d = _write(tmp_path / "rmd", ca, pki.new_server(ca))
+    return server_tls(d / "ca.pem", d / "rmd-cert.pem", d / "rmd-key.pem")
+
+
+def _transport(
+    ca: pki.Issued, role: str = "Admin", key_type: pki.KeyType = "ecdsa", **kw: float
+) -> Transport:
+    client = pki.new_client(ca, role=role, key_type=key_type)
+    return Transport(client_ssl_context(TlsMaterial(ca.cert, client.cert, client.key)))
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+@pytest.mark.parametrize("key_type", ["ecdsa", "rsa"])
+async def test_mutual_tls_round_trip(
+    key_type: pki.KeyType, ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+) -> None:
+    state = RmdState()
+    async with serve_rmd(state, tls=server_ssl) as url:
+        assert url.startswith("https://")
+        rmd = RmdClient(session, _transport(ca, key_type=key_type), url)
+        created = await rmd.post_workload(
+            {"core_ids": ["0-3"], "rdt": {"cache": {"max": 2, "min": 2}}, "uuid": "x"}
+        )
+        assert created["id"] == "1" and created["status"] == "Successful"
+        assert [w["uuid"] for w in await rmd.get_workloads()] == ["x"]
+        patched = await rmd.patch_workload("1", {"rdt": {"cache": {"max": 3, "min": 3}}})
+        assert patched["rdt"]["cache"]["max"] == 3
+        caches = await rmd.get_cache_l3()
+        assert caches["number"] == 2 and "guaranteed" in caches["Caches"]["0"]["available_ways_pool"]
+        await rmd.delete_workload("1")
+        assert await rmd.get_workloads() == []
+
+
+async def test_rmd_errors_carry_status_and_text(
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+) -> None:
+    async with serve_rmd(RmdState(), tls=server_ssl) as url:
+        rmd = RmdClient(session, _transport(ca), url)
+        with pytest.raises(RmdApiError) as err:
+            await rmd.post_workload({"core_ids": ["0"], "rdt": {"cache": {"max": 1, "min": 2}}})
+        assert err.value.status == 400
+        assert err.value.text == (
+            "Failed to validate workload. Reason: Min cache value cannot be greater than max cache value"
+        )
+        with pytest.raises(RmdApiError, match="404: Could not found workload") as err:
+            await rmd.delete_workload("7")
+        assert err.value.status == 404
+
+
+async def test_rmd_acl_by_certificate_role(
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+) -> None:
+    async with serve_rmd(RmdState(), tls=server_ssl) as url:
+        reader = RmdClient(session, _transport(ca, role="User"), url)
+        assert await reader.get_workloads() == []
+        with pytest.raises(RmdApiError, match='User "intel-rmd-operator" is not authorized') as err:
+            await reader.post_workload({"core_ids": ["0"], "policy": "gold"})
+        assert err.value.status == 403
+        stranger = RmdClient(session, _transport(ca, role="Guest"), url)
+        with pytest.raises(RmdApiError, match="intel-rmd-operator is not authorized") as err:
+            await stranger.get_workloads()
+        assert err.value.status == 401
+
+
+async def test_tls_refusals(
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+) -> None:
+    other_ca = pki.new_ca("someone-else")
+    async with serve_rmd(RmdState(), tls=server_ssl) as url:
+        # A client certificate from a CA RMD does not trust: the handshake fails.
+        foreign = pki.new_client(other_ca)
+        untrusted_client = Transport(client_ssl_context(TlsMaterial(ca.cert, foreign.cert, foreign.key)))
+        with pytest.raises(RmdUnreachable):
+            await RmdClient(session, untrusted_client, url).get_workloads()
+        # RMD's certificate from a CA the client does not trust.
+        mine = pki.new_client(other_ca)
+        distrusting = Transport(client_ssl_context(TlsMaterial(other_ca.cert, mine.cert, mine.key)))
+        with pytest.raises(RmdUnreachable, match="certificate"):
+            await RmdClient(session, distrusting, url).get_workloads()
+        # Plain HTTP to the TLS port gets nothing useful either.
+        plain = Transport(None, allow_plain_http=True)
+        with pytest.raises((RmdUnreachable, RmdApiError)):
+            await RmdClient(session, plain, url.replace("https", "http")).get_workloads()
+
+
+def test_plain_http_is_refused_unless_explicit(ca: pki.Issued, caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(TlsConfigError, match="mutual TLS only"):
+        Transport(None)
+    session = aiohttp.ClientSession.__new__(aiohttp.ClientSession)  # never used for a request
+    with pytest.raises(TlsConfigError, match=r"refusing plain HTTP to http://10\.0\.0\.1:8081"):
+        RmdClient(session, _transport(ca), "http://10.0.0.1:8081")
+    with caplog.at_level(logging.WARNING):
+        debug = Transport(None, allow_plain_http=True)
+    assert "PLAIN HTTP" in caplog.text
+    assert debug.base_url("10.0.0.1") == "http://10.0.0.1:8081"
+    assert _transport(ca).base_url("fd00::1") == "https://[fd00::1]:8443"
+
+
+async def test_plain_http_debug_mode_works_when_allowed(session: aiohttp.ClientSession) -> None:
+    async with serve_rmd(RmdState()) as url:
+        rmd = RmdClient(session, Transport(None, allow_plain_http=True), url)
+        assert (await rmd.post_workload({"core_ids": ["0"], "policy": "gold"}))["id"] == "1"
+
+
+async def test_timeout(ca: pki.Issued, session: aiohttp.ClientSession) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        rmd = RmdClient(
+            session, Transport(None, allow_plain_http=True, timeout_s=0.3), f"http://127.0.0.1:{port}"
+        )
+        with pytest.raises(RmdUnreachable, match=r"no answer within 0\.3 s"):
+            await rmd.get_workloads()
+    finally:
+        server.close()
+
+
+def _rsa_material(ca: pki.Issued, bits: int) -> TlsMaterial:
+    good = pki.new_client(ca, key_type="rsa")
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+    pem = weak.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return TlsMaterial(ca.cert, good.cert, pem, "secret/rmd-client")
+
+
+def test_bad_material_is_an_error_not_a_fallback(ca: pki.Issued, tmp_path: Path) -> None:
+    with pytest.raises(TlsConfigError, match="RSA key of 1024 bits, at least 2048 needed"):
+        client_ssl_context(_rsa_material(ca, 1024))
+    with pytest.raises(TlsConfigError, match="do not belong together"):
+        client_ssl_context(_rsa_material(ca, 2048))
+    with pytest.raises(TlsConfigError, match=r"cannot read .*ca.crt: No such file"):
+        TlsMaterial.from_dir(tmp_path)
+    client = pki.new_client(ca, key_type="rsa")
+    for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
+        (tmp_path / name).write_bytes(data)
+    assert client_ssl_context(TlsMaterial.from_dir(tmp_path)).minimum_version == ssl.TLSVersion.TLSv1_2

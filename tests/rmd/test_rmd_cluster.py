@@ -1,0 +1,563 @@
+"""The RMD operator on the real control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok nodes).
+
+Set-up, once for the module: ``kubectl apply -k deploy/rmd/default`` (CRDs, namespace, RBAC, Deployment),
+the TLS Secrets from ``intel-rmd-certs``' functions, and kwok nodes labelled for RDT. The operator's
+Deployment is scaled to 0 and the operator runs here as a process with its ServiceAccount's token (so the
+shipped RBAC is all it has), the Deployment's flags, and one ``--rmd-endpoint`` per node pointing at a
+simulated RMD process speaking HTTPS with client certificates, as RMD pods on those nodes would.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import ssl
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
+from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
+from intel_device_plugins.rmd import pki
+from intel_device_plugins.rmd.reconcile import NFD_RDT_LABEL
+from k8stest.controlplane import ControlPlane
+from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
+from k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
+from k8stest.process import ManagedProcess, free_port, port_is_listening
+
+pytestmark = pytest.mark.k8s
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "intel-rmd"
+SAMPLES = ROOT / "deploy" / "rmd" / "samples"
+API = "/apis/intel.com/v1alpha1"
+TIMEOUT = 30.0
+
+
+class Rmd:
+    """One simulated RMD process and a small synchronous client for the test's own look at it."""
+
+    def __init__(self, node: str, certs: Path, client_dir: Path, logs: Path) -> None:
+        self.node = node
+        self.certs = certs
+        self.port = free_port()
+        self.logs = logs
+        ctx = ssl.create_default_context(cafile=str(client_dir / "ca.crt"))
+        ctx.load_cert_chain(str(client_dir / "tls.crt"), str(client_dir / "tls.key"))
+        ctx.check_hostname = False
+        self.ctx = ctx
+        self.proc: ManagedProcess | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "intel_device_plugins.sim.rmd",
+            "--port",
+            str(self.port),
+            "--certs",
+            str(self.certs),
+        ]
+        self.proc = ManagedProcess(
+            f"rmd-{self.node}", argv, self.logs / f"rmd-{self.node}.log", env=dict(os.environ)
+        )
+        wait_for(f"RMD for {self.node}", lambda: port_is_listening(self.port), timeout=15)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    def workloads(self) -> list[dict[str, Any]]:
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=5)
+        try:
+            conn.request("GET", "/v1/workloads")
+            data: list[dict[str, Any]] = json.loads(conn.getresponse().read())
+            return data
+        finally:
+            conn.close()
+
+    def uuids(self) -> set[str]:
+        return {str(w.get("uuid")) for w in self.workloads()}
+
+
+@dataclass
+class Setup:
+    cp: ControlPlane
+    admin: KubeClient
+    nodes: list[str]
+    rmds: dict[str, Rmd]
+    operator: ManagedProcess
+    workdir: Path
+    namespaces: list[str] = field(default_factory=list)
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            [str(self.cp.binaries.path("kubectl")), f"--kubeconfig={self.cp.admin_kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and out.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {out.stderr}")
+        return out
+
+    def namespace(self) -> str:
+        name = f"rmd-{uuid.uuid4().hex[:6]}"
+        self.admin.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
+        self.namespaces.append(name)
+        return name
+
+    def workload(self, namespace: str, name: str) -> JSON:
+        return self.admin.get(f"{API}/namespaces/{namespace}/rmdworkloads/{name}")
+
+
+def _tls(workdir: Path) -> tuple[Path, Path, dict[str, Any], dict[str, Any]]:
+    ca = pki.new_ca()
+    server = pki.new_server(ca)
+    client = pki.new_client(ca)
+    certs = workdir / "rmd-certs"
+    certs.mkdir(parents=True)
+    (certs / "ca.pem").write_bytes(ca.cert)
+    (certs / "rmd-cert.pem").write_bytes(server.cert)
+    (certs / "rmd-key.pem").write_bytes(server.key)
+    client_dir = workdir / "client-tls"
+    client_dir.mkdir()
+    for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
+        (client_dir / name).write_bytes(data)
+    return (
+        certs,
+        client_dir,
+        pki.secret("intel-rmd-server-tls", NS, ca, server),
+        pki.secret("intel-rmd-client-tls", NS, ca, client),
+    )
+
+
+@pytest.fixture(scope="module")
+def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    cp = k8s_control_plane
+    workdir = tmp_path_factory.mktemp("rmd")
+    admin = cp.client()
+    probe = Setup(cp, admin, [], {}, None, workdir)  # type: ignore[arg-type]
+    probe.kubectl("apply", "-k", str(ROOT / "deploy" / "rmd" / "default"))
+    probe.kubectl("wait", "--for=condition=Established", "crd/rmdworkloads.intel.com", "--timeout=60s")
+    probe.kubectl("scale", "-n", NS, "deployment", "intel-rmd-operator", "--replicas=0")
+    certs, client_dir, server_secret, client_secret = _tls(workdir)
+    for secret in (server_secret, client_secret):
+        admin.apply_ok(f"/api/v1/namespaces/{NS}/secrets", secret)
+    nodes = create_kwok_nodes(admin, 2, prefix="rmd-node-", labels={NFD_RDT_LABEL: "true"})
+    nodes += create_kwok_nodes(admin, 1, prefix="plain-node-")
+    rmds = {n: Rmd(n, certs, client_dir, workdir) for n in nodes[:2]}
+    sa_kubeconfig = cp.service_account_kubeconfig(NS, "intel-rmd-operator")
+    argv = [
+        sys.executable,
+        "-m",
+        "intel_device_plugins.rmd.operator",
+        "--tls-dir",
+        str(client_dir),
+        "--node-state-period",
+        "1",
+        "--workload-resync",
+        "5",
+        "--cleanup-grace",
+        "5",
+        *[f"--rmd-endpoint={n}={r.url}" for n, r in rmds.items()],
+    ]
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(sa_kubeconfig),
+        "POD_NAMESPACE": NS,
+        "POD_NAME": "intel-rmd-operator-test",
+    }
+    operator = ManagedProcess("intel-rmd-operator", argv, workdir / "operator.log", env=env)
+    s = Setup(cp, admin, nodes, rmds, operator, workdir)
+    try:
+        yield s
+    finally:
+        operator.stop()
+        log = (workdir / "operator.log").read_text()
+        for rmd in rmds.values():
+            rmd.stop()
+        for ns in s.namespaces:
+            s.kubectl("delete", "rmdworkloads", "--all", "-n", ns, "--wait=false", check=False)
+            for w in s.admin.get(f"{API}/namespaces/{ns}/rmdworkloads").get("items", []):
+                s.admin.merge_patch(
+                    f"{API}/namespaces/{ns}/rmdworkloads/{w['metadata']['name']}",
+                    {"metadata": {"finalizers": None}},
+                )
+            s.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        s.kubectl("delete", "rmdconfig", "--all", "-n", NS, "--wait=false", check=False)
+        s.kubectl("delete", "-k", str(ROOT / "deploy" / "rmd" / "default"), "--wait=false", check=False)
+        delete_kwok_nodes(admin, nodes)
+        admin.close()
+    forbidden = [line for line in log.splitlines() if "forbidden" in line.lower()]
+    assert not forbidden, "the operator hit RBAC denials with the shipped roles:\n" + "\n".join(forbidden)
+
+
+def _load(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((SAMPLES / name).read_text())
+    return doc
+
+
+def _config(setup: Setup, selector: dict[str, str] | None = None) -> None:
+    cfg = _load("rmdconfig.yaml")
+    cfg["spec"]["deployNodeAgent"] = False
+    if selector is not None:
+        cfg["spec"]["rmdNodeSelector"] = selector
+    setup.kubectl("apply", "-n", NS, "-f", "-", stdin=json.dumps(cfg))
+
+
+def test_schema_rejects_what_upstream_accepted(setup: Setup) -> None:
+    ns = setup.namespace()
+    for path in sorted((SAMPLES / "stale").glob("*.yaml")):
+        out = setup.kubectl("apply", "-n", ns, "-f", str(path), check=False)
+        assert (
+            out.returncode != 0 and "stale v0.1 layout: move max and min to spec.rdt.cache" in out.stderr
+        ), out
+    bad = _load("rmdworkload-guaranteed-cache.yaml")
+    bad["spec"]["rdt"]["cache"] = {"max": 1, "min": 2}
+    bad["spec"]["rdt"]["mba"] = {"percentage": 150}
+    out = setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(bad), check=False)
+    assert "max must be greater than or equal to min" in out.stderr
+    assert "should be less than or equal to 100" in out.stderr
+    cfg = _load("rmdconfig.yaml")
+    cfg["metadata"]["name"] = "another"
+    out = setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(cfg), check=False)
+    assert "RmdConfig is a singleton: metadata.name must be rmdconfig" in out.stderr
+    for path in sorted(SAMPLES.glob("rmdworkload-*.yaml")):
+        setup.kubectl("apply", "--dry-run=server", "-n", ns, "-f", str(path))
+
+
+def test_config_deploys_rmd_and_node_states(setup: Setup) -> None:
+    _config(setup)
+    rdt_nodes = sorted(setup.rmds)
+
+    def config_nodes() -> list[str] | None:
+        status = setup.admin.get(f"{API}/namespaces/{NS}/rmdconfigs/rmdconfig").get("status") or {}
+        return status.get("nodes") if status.get("nodes") == rdt_nodes else None
+
+    wait_for("RmdConfig status.nodes", config_nodes, timeout=TIMEOUT)
+    ds = setup.admin.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/rmd")
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {NFD_RDT_LABEL: "true"}
+    for node in rdt_nodes:
+        wait_for(
+            f"node state of {node}",
+            lambda n=node: (  # type: ignore[misc]
+                setup.admin.get(f"{API}/namespaces/{NS}/rmdnodestates/rmd-node-state-{n}")
+                .get("status", {})
+                .get("lastSync")
+            ),
+            timeout=TIMEOUT,
+        )
+    with pytest.raises(ApiError):
+        setup.admin.get(f"{API}/namespaces/{NS}/rmdnodestates/rmd-node-state-{setup.nodes[2]}")
+
+
+def _enforced(setup: Setup, ns: str, name: str, want: str) -> JSON | None:
+    w = setup.workload(ns, name)
+    return w if (w.get("status") or {}).get("enforced") == want else None
+
+
+def _sample_on(
+    setup: Setup, ns: str, sample: str, name: str | None = None, cores: list[str] | None = None
+) -> str:
+    doc = _load(sample)
+    if name:
+        doc["metadata"]["name"] = name
+    if cores:
+        doc["spec"]["coreIds"] = cores
+    if "nodes" in doc["spec"]:
+        doc["spec"]["nodes"] = sorted(setup.rmds)
+    setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(doc))
+    return str(doc["metadata"]["name"])
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "rmdworkload-guaranteed-cache.yaml",
+        "rmdworkload-guaranteed-cache-mba.yaml",
+        "rmdworkload-guaranteed-cache-pstate.yaml",
+        "rmdworkload-besteffort-cache.yaml",
+        "rmdworkload-guaranteed-cache-all-cores.yaml",
+    ],
+)
+def test_samples_are_enforced_and_removed(setup: Setup, sample: str) -> None:
+    _config(setup)
+    ns = setup.namespace()
+    name = _sample_on(setup, ns, sample)
+    w = wait_for(f"{sample} enforced", lambda: _enforced(setup, ns, name, "2/2"), timeout=TIMEOUT)
+    for node, rmd in setup.rmds.items():
+        state = w["status"]["workloadStates"][node]
+        assert state["status"] == "Successful" and state["response"].startswith("Success")
+        assert f"{ns}/{name}" in rmd.uuids()
+    if "pstate" in sample:
+        assert state["plugins"]["pstate"] == {"ratio": "3.000000", "monitoring": "on"}
+    setup.kubectl("delete", "rmdworkload", name, "-n", ns, "--timeout=60s")
+    for rmd in setup.rmds.values():
+        assert f"{ns}/{name}" not in rmd.uuids()
+
+
+def _twin_probe(setup: Setup, ns: str) -> Callable[[], JSON | None]:
+    return lambda: _enforced(setup, ns, "twin", "2/2")
+
+
+def test_same_name_in_two_namespaces(setup: Setup) -> None:
+    _config(setup)
+    ns_a, ns_b = setup.namespace(), setup.namespace()
+    _sample_on(setup, ns_a, "rmdworkload-guaranteed-cache.yaml", "twin", ["10-11"])
+    _sample_on(setup, ns_b, "rmdworkload-guaranteed-cache.yaml", "twin", ["12-13"])
+    for ns in (ns_a, ns_b):
+        wait_for(f"{ns}/twin enforced", _twin_probe(setup, ns), timeout=TIMEOUT)
+    for rmd in setup.rmds.values():
+        assert {f"{ns_a}/twin", f"{ns_b}/twin"} <= rmd.uuids()
+    setup.kubectl("delete", "rmdworkload", "twin", "-n", ns_a, "--timeout=60s")
+    for rmd in setup.rmds.values():
+        uuids = rmd.uuids()
+        assert f"{ns_a}/twin" not in uuids and f"{ns_b}/twin" in uuids
+    setup.kubectl("delete", "rmdworkload", "twin", "-n", ns_b, "--timeout=60s")
+
+
+def test_node_selector_changes_move_the_workload(setup: Setup) -> None:
+    _config(setup)
+    n1, n2 = sorted(setup.rmds)
+    ns = setup.namespace()
+    label = "rmd-test.intel.com/pool"
+    setup.admin.merge_patch(f"/api/v1/nodes/{n1}", {"metadata": {"labels": {label: "a"}}})
+    doc = _load("rmdworkload-guaranteed-cache-nodeselector.yaml")
+    doc["metadata"]["name"] = "moving"
+    doc["spec"] = {"coreIds": ["20-21"], "rdt": {"cache": {"max": 1, "min": 1}}, "nodeSelector": {label: "a"}}
+    setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(doc))
+    wait_for("on n1", lambda: f"{ns}/moving" in setup.rmds[n1].uuids() or None, timeout=TIMEOUT)
+    assert f"{ns}/moving" not in setup.rmds[n2].uuids()
+    setup.admin.merge_patch(f"/api/v1/nodes/{n1}", {"metadata": {"labels": {label: None}}})
+    setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: "a"}}})
+    wait_for(
+        "moved to n2",
+        lambda: (
+            (f"{ns}/moving" in setup.rmds[n2].uuids() and f"{ns}/moving" not in setup.rmds[n1].uuids())
+            or None
+        ),
+        timeout=TIMEOUT,
+    )
+    w = wait_for("status follows", lambda: _enforced(setup, ns, "moving", "1/1"), timeout=TIMEOUT)
+    assert set(w["status"]["workloadStates"]) == {n2}
+    setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: None}}})
+    setup.kubectl("delete", "rmdworkload", "moving", "-n", ns, "--timeout=60s")
+
+
+def test_rmd_restart_keeps_state_then_restores(setup: Setup) -> None:
+    _config(setup)
+    n1 = sorted(setup.rmds)[0]
+    ns = setup.namespace()
+    name = _sample_on(setup, ns, "rmdworkload-guaranteed-cache.yaml", "survivor", ["24-25"])
+    wait_for("enforced", lambda: _enforced(setup, ns, name, "2/2"), timeout=TIMEOUT)
+    state_path = f"{API}/namespaces/{NS}/rmdnodestates/rmd-node-state-{n1}"
+    wait_for(
+        "node state lists the workload",
+        lambda: (
+            f"{ns}/{name}" in ((setup.admin.get(state_path).get("status") or {}).get("workloads") or {})
+            or None
+        ),
+        timeout=TIMEOUT,
+    )
+    setup.rmds[n1].stop()
+
+    def stale() -> JSON | None:
+        st = setup.admin.get(state_path).get("status") or {}
+        return st if st.get("stale") else None
+
+    st = wait_for("node state marked stale", stale, timeout=TIMEOUT)
+    assert f"{ns}/{name}" in st["workloads"], "the last known workloads are kept while RMD is away"
+    setup.rmds[n1].start()  # a fresh RMD: it has lost every workload
+    wait_for(
+        "re-created on the restarted RMD",
+        lambda: f"{ns}/{name}" in setup.rmds[n1].uuids() or None,
+        timeout=TIMEOUT,
+    )
+    wait_for(
+        "node state fresh",
+        lambda: not (setup.admin.get(state_path).get("status") or {}).get("stale") or None,
+        timeout=TIMEOUT,
+    )
+    setup.kubectl("delete", "rmdworkload", name, "-n", ns, "--timeout=60s")
+
+
+class _PodResources(pr_grpc.PodResourcesListerServicer):
+    """The kubelet's PodResources List for the agent's node: what the static CPU manager would report."""
+
+    def __init__(self) -> None:
+        self.cpus: dict[tuple[str, str], dict[str, list[int]]] = {}
+
+    def List(self, request: Any, context: Any) -> pr_pb.ListPodResourcesResponse:
+        return pr_pb.ListPodResourcesResponse(
+            pod_resources=[
+                pr_pb.PodResources(
+                    name=name,
+                    namespace=ns,
+                    containers=[
+                        pr_pb.ContainerResources(name=c, cpu_ids=ids) for c, ids in containers.items()
+                    ],
+                )
+                for (ns, name), containers in self.cpus.items()
+            ]
+        )
+
+
+@pytest.fixture(scope="module")
+def agent(setup: Setup) -> Iterator[tuple[str, _PodResources]]:
+    """The node agent for one RMD node, with a PodResources socket standing in for that node's kubelet."""
+    node = sorted(setup.rmds)[0]
+    # The kwok node offers the extended resource the device plugin would register there.
+    capacity = {"intel.com/l3_cache_ways": "12", "cpu": "32", "memory": "64Gi", "pods": "110"}
+    setup.admin.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"capacity": capacity, "allocatable": capacity}},
+        content_type="application/merge-patch+json",
+    )
+    lister = _PodResources()  # type: ignore[abstract]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)
+    sock = setup.workdir / "pod-resources.sock"
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    kubeconfig = setup.cp.service_account_kubeconfig(NS, "intel-rmd-node-agent")
+    argv = [
+        sys.executable,
+        "-m",
+        "intel_device_plugins.rmd.nodeagent",
+        "--node-name",
+        node,
+        "--pod-resources-socket",
+        f"unix://{sock}",
+        "--resync",
+        "2",
+    ]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    proc = ManagedProcess("intel-rmd-node-agent", argv, setup.workdir / "agent.log", env=env)
+    try:
+        yield node, lister
+    finally:
+        proc.stop()
+        server.stop(None)
+    log = (setup.workdir / "agent.log").read_text()
+    assert "forbidden" not in log.lower(), log
+
+
+def test_pod_with_cache_ways_and_mba_becomes_an_enforced_workload(
+    setup: Setup, agent: tuple[str, _PodResources]
+) -> None:
+    _config(setup)
+    node, lister = agent
+    ns = setup.namespace()
+    pod = _load("pod-guaranteed-cache-mba.yaml")
+    pod["spec"]["nodeName"] = node
+    lister.cpus[(ns, pod["metadata"]["name"])] = {"container1": [28, 29, 30]}
+    setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(pod))
+    name = f"{pod['metadata']['name']}-rmd-workload-container1"
+    w = wait_for("workload from the pod enforced", lambda: _enforced(setup, ns, name, "1/1"), timeout=TIMEOUT)
+    assert w["spec"] == {
+        "coreIds": ["28-30"],
+        "rdt": {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}},
+        "nodes": [node],
+    }
+    assert w["metadata"]["ownerReferences"][0]["kind"] == "Pod"
+    state = w["status"]["workloadStates"][node]
+    assert state["rdt"] == {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}}
+    assert f"{ns}/{name}" in setup.rmds[node].uuids()
+    # An annotation change reaches RMD.
+    setup.admin.merge_patch(
+        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}",
+        {"metadata": {"annotations": {"container1_mba_percentage": "30"}}},
+    )
+    wait_for(
+        "new MBA on RMD",
+        lambda: (
+            any(
+                w.get("uuid") == f"{ns}/{name}" and w["rdt"].get("mba") == {"percentage": 30}
+                for w in setup.rmds[node].workloads()
+            )
+            or None
+        ),
+        timeout=TIMEOUT,
+    )
+    # Deleting the pod garbage-collects the workload, and the finalizer takes it off RMD.
+    setup.kubectl("delete", "pod", pod["metadata"]["name"], "-n", ns, "--grace-period=0", "--force")
+    wait_for("removed from RMD", lambda: f"{ns}/{name}" not in setup.rmds[node].uuids() or None, timeout=60)
+
+
+def test_non_exclusive_container_gets_an_event(setup: Setup, agent: tuple[str, _PodResources]) -> None:
+    node, _ = agent
+    ns = setup.namespace()
+    pod = _load("pod-guaranteed-cache.yaml")
+    pod["metadata"]["name"] = "shared-cpus"
+    pod["spec"]["nodeName"] = node
+    for kind in ("requests", "limits"):
+        pod["spec"]["containers"][0]["resources"][kind]["cpu"] = "1500m"
+    setup.kubectl("apply", "-n", ns, "-f", "-", stdin=json.dumps(pod))
+
+    def event() -> JSON | None:
+        items = setup.admin.get(f"/api/v1/namespaces/{ns}/events").get("items", [])
+        return next((e for e in items if e.get("reason") == "RmdWorkloadNotCreated"), None)
+
+    e = wait_for("event about the container", event, timeout=TIMEOUT)
+    assert "has no exclusive CPUs" in e["message"]
+    assert setup.admin.get(f"{API}/namespaces/{ns}/rmdworkloads").get("items") == []
+
+
+def test_config_changes_move_rmd_and_the_node_agent(setup: Setup) -> None:
+    n1, n2 = sorted(setup.rmds)
+    label = "rmd-test.intel.com/rmd"
+    setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: "yes"}}})
+    cfg = _load("rmdconfig.yaml")
+    cfg["spec"] = {"deployNodeAgent": True, "rmdNodeSelector": {label: "yes"}, "rmdImage": "example/rmd:test"}
+    setup.kubectl("apply", "-n", NS, "-f", "-", stdin=json.dumps(cfg))
+    ds_path = f"/apis/apps/v1/namespaces/{NS}/daemonsets"
+
+    def agent_ds() -> JSON | None:
+        try:
+            return setup.admin.get(f"{ds_path}/rmd-node-agent")
+        except ApiError:
+            return None
+
+    agent = wait_for("node agent DaemonSet", agent_ds, timeout=TIMEOUT)
+    assert agent["spec"]["template"]["spec"]["serviceAccountName"] == "intel-rmd-node-agent"
+    assert agent["spec"]["template"]["spec"]["nodeSelector"] == {label: "yes"}
+    rmd = setup.admin.get(f"{ds_path}/rmd")
+    assert rmd["spec"]["template"]["spec"]["containers"][0]["image"] == "example/rmd:test"
+    states = f"{API}/namespaces/{NS}/rmdnodestates"
+    wait_for(
+        "only the selected node keeps a node state",
+        lambda: [s["spec"]["node"] for s in setup.admin.get(states)["items"]] == [n2] or None,
+        timeout=TIMEOUT,
+    )
+    _config(setup)  # back to the NFD default and no agent
+    wait_for("agent DaemonSet removed", lambda: agent_ds() is None or None, timeout=TIMEOUT)
+    wait_for(
+        "node states back on both RDT nodes",
+        lambda: sorted(s["spec"]["node"] for s in setup.admin.get(states)["items"]) == [n1, n2] or None,
+        timeout=TIMEOUT,
+    )
+    setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: None}}})

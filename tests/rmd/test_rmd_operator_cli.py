@@ -1,0 +1,42 @@
+"""The operator's command line: mTLS required, plain HTTP only behind the debug flag, endpoint overrides."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import pytest
+
+from intel_device_plugins.rmd import pki
+from intel_device_plugins.rmd.client import TlsConfigError
+from intel_device_plugins.rmd.operator import _endpoint, build_transport, main, parser
+
+
+def test_transport_needs_tls_material(tmp_path: Path) -> None:
+    with pytest.raises(TlsConfigError, match=r"cannot read .*ca\.crt"):
+        build_transport(tmp_path, plain=False, timeout_s=1)
+    ca = pki.new_ca(key_type="rsa")
+    client = pki.new_client(ca, key_type="rsa")
+    for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
+        (tmp_path / name).write_bytes(data)
+    transport = build_transport(tmp_path, plain=False, timeout_s=3)
+    assert transport.scheme == "https" and transport.timeout_s == 3
+
+
+def test_plain_http_only_with_the_debug_flag(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        transport = build_transport(None, plain=True, timeout_s=1)
+    assert transport.scheme == "http" and "PLAIN HTTP" in caplog.text
+    assert parser().parse_args([]).insecure_plain_http is False
+
+
+def test_bad_tls_material_exits_2(tmp_path: Path) -> None:
+    assert main(["--tls-dir", str(tmp_path), "--no-leader-elect"]) == 2
+
+
+def test_endpoint_overrides() -> None:
+    assert _endpoint("n1=https://10.0.0.1:8443") == ("n1", "https://10.0.0.1:8443")
+    for bad in ("n1", "=https://x", "n1=ftp://x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="NODE=https://HOST:PORT"):
+            _endpoint(bad)

@@ -1,0 +1,252 @@
+"""The hardened server: each fault reproduced against a real socket, with short limits.
+
+Before the limits existed, every client below was kept open forever (aiohttp keeps a connection without a
+complete request for its keep-alive timeout, an hour) and any number of them were accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from intel_device_plugins.operator.metrics import Metrics
+from intel_device_plugins.operator.webhook_server import (
+    BadJSON,
+    RunningServer,
+    ServerLimits,
+    health_app,
+    load_json,
+    start,
+    webhook_app,
+)
+from intel_device_plugins.webhooks.handlers import SGX_PATH, sgx_review
+from tests.webhooks.podfixtures import pod, review, with_resources
+from tests.webhooks.tls import serving_cert
+
+LIMITS = ServerLimits(
+    max_connections=8,
+    handshake_timeout_s=1.0,
+    header_timeout_s=1.0,
+    request_timeout_s=1.5,
+    idle_timeout_s=1.0,
+    max_body_bytes=512 * 1024,
+)
+
+
+class Served:
+    def __init__(self, server: RunningServer, client_ctx: ssl.SSLContext) -> None:
+        self.server = server
+        self.port = server.addresses[0][1]
+        self.client_ctx = client_ctx
+
+    async def connect(self, tls: bool = True) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(
+            "127.0.0.1",
+            self.port,
+            ssl=self.client_ctx if tls else None,
+            server_hostname="localhost" if tls else None,
+        )
+
+    async def post(self, path: str, body: bytes) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"https://localhost:{self.port}{path}", data=body, ssl=self.client_ctx) as r,
+        ):
+            return r.status, await r.text()
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    serving, client_ctx = serving_cert(tmp_path)
+    app = webhook_app(Metrics(), {SGX_PATH: sgx_review}, max_body_bytes=LIMITS.max_body_bytes)
+    server = await start(app, "127.0.0.1", 0, serving.context, LIMITS)
+    try:
+        yield Served(server, client_ctx)
+    finally:
+        await server.cleanup()
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> float:
+    """Seconds until the server closed the connection (EOF or reset); fails after ``seconds``."""
+    began = time.monotonic()
+    try:
+        async with asyncio.timeout(seconds):
+            while await reader.read(4096):
+                pass
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    return time.monotonic() - began
+
+
+async def test_slowloris_headers_are_dropped_at_the_header_deadline(served: Served) -> None:
+    reader, writer = await served.connect()
+    writer.write(b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\n")
+
+    async def trickle() -> None:
+        for i in range(100):
+            await asyncio.sleep(0.2)
+            writer.write(f"X-Slow-{i}: y\r\n".encode())
+
+    feeder = asyncio.create_task(trickle())
+    try:
+        waited = await closed_within(reader, 4)
+    finally:
+        feeder.cancel()
+        writer.close()
+    assert 0.8 < waited < 2.0
+
+
+async def test_slow_body_is_dropped_at_the_request_deadline(served: Served) -> None:
+    reader, writer = await served.connect()
+    writer.write(b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n{")
+
+    async def trickle() -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            writer.write(b" ")
+
+    feeder = asyncio.create_task(trickle())
+    try:
+        waited = await closed_within(reader, 5)
+    finally:
+        feeder.cancel()
+        writer.close()
+    assert 1.2 < waited < 2.6
+
+
+async def test_silent_connections_are_closed(served: Served) -> None:
+    tls_reader, tls_writer = await served.connect()  # handshake done, never a request
+    raw_reader, raw_writer = await served.connect(tls=False)  # not even a handshake
+    try:
+        waited = await asyncio.gather(closed_within(tls_reader, 4), closed_within(raw_reader, 4))
+    finally:
+        tls_writer.close()
+        raw_writer.close()
+    assert all(w < 2.0 for w in waited)
+
+
+async def test_idle_keepalive_connection_is_closed_after_the_idle_timeout(served: Served) -> None:
+    reader, writer = await served.connect()
+    body = json.dumps(review(pod(with_resources("a", {"cpu": "1"})))).encode()
+    writer.write(
+        b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+    assert head.startswith(b"HTTP/1.1 200")
+    try:
+        waited = await closed_within(reader, 4)
+    finally:
+        writer.close()
+    assert 0.8 < waited < 2.0
+
+
+async def test_connection_cap_refuses_extra_clients_and_recovers(served: Served) -> None:
+    held = [await served.connect() for _ in range(LIMITS.max_connections)]
+    assert served.server.slots.active == LIMITS.max_connections
+    with pytest.raises((ConnectionResetError, ssl.SSLError, OSError, asyncio.IncompleteReadError)):
+        extra_reader, extra_writer = await served.connect()
+        extra_writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        await extra_reader.readexactly(1)
+    assert served.server.slots.refused >= 1
+    for _, w in held:
+        w.close()
+    await asyncio.sleep(0.2)
+    assert served.server.slots.active == 0
+    status, _ = await served.post(SGX_PATH, json.dumps(review(pod())).encode())
+    assert status == 200
+
+
+async def test_slow_clients_do_not_block_others(served: Served) -> None:
+    slow = [await served.connect() for _ in range(4)]
+    for _, w in slow:
+        w.write(b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\n")
+    began = time.monotonic()
+    status, text = await served.post(
+        SGX_PATH, json.dumps(review(pod(with_resources("a", {"cpu": "1"})))).encode()
+    )
+    assert status == 200 and json.loads(text)["response"]["allowed"] is True
+    assert time.monotonic() - began < 0.5
+    for _, w in slow:
+        w.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"n": ' + b"9" * 100_000 + b"}", "request body is not JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "request body is nested too deeply"),
+        (b"[" * 101 + b"]" * 101, "request body is nested deeper than 100 levels"),
+        (b'{"a": NaN}', "NaN is not JSON"),
+        (b"\xff\xfe", "request body is not"),
+        (b"{", "request body is not JSON"),
+    ],
+)
+async def test_hostile_json_is_a_bad_request(served: Served, body: bytes, message: str) -> None:
+    status, text = await served.post(SGX_PATH, body)
+    assert status == 400
+    assert message in json.loads(text)["error"]
+
+
+async def test_oversized_body_is_refused(served: Served) -> None:
+    status, _ = await served.post(SGX_PATH, b" " * (LIMITS.max_body_bytes + 1))
+    assert status == 413
+
+
+def test_load_json_accepts_what_the_api_server_sends() -> None:
+    doc = review(pod(with_resources("a", {"sgx.intel.com/epc": "1Mi"})))
+    assert load_json(json.dumps(doc).encode()) == doc
+    with pytest.raises(BadJSON):
+        load_json(b"Infinity")
+
+
+async def test_plain_http_servers_have_the_same_limits() -> None:
+    server = await start(health_app(lambda: True), "127.0.0.1", 0, None, LIMITS)
+    try:
+        port = server.addresses[0][1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\n")
+        waited = await closed_within(reader, 4)
+        writer.close()
+        assert waited < 2.0
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITS.max_connections)]
+        await asyncio.sleep(0.1)
+        extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await closed_within(extra_reader, 1) < 0.5
+        extra_writer.close()
+        for _, w in held:
+            w.close()
+    finally:
+        await server.cleanup()
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_connections"):
+        ServerLimits(max_connections=0)
+
+
+async def test_headers_sent_byte_by_byte_within_the_deadline_are_served(served: Served) -> None:
+    reader, writer = await served.connect()
+    body = json.dumps(review(pod())).encode()
+    request = (
+        b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+    )
+    for i in range(len(request)):  # the blank line ending the headers arrives split over reads
+        writer.write(request[i : i + 1])
+        await writer.drain()
+        await asyncio.sleep(0.002)
+    # Past the header deadline counted from the connection, within the request deadline from the headers' end.
+    await asyncio.sleep(LIMITS.header_timeout_s * 0.8)
+    writer.write(body)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 200")
