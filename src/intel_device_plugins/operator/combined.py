@@ -36,7 +36,7 @@ COMBINED_NAME: Final = "intel-device-plugins"
 COMBINED_COMMAND: Final = "intel_device_plugins"
 COMBINED_MEMORY_REQUEST: Final = "64Mi"
 COMBINED_MEMORY_LIMIT: Final = "128Mi"
-"""One process serving seven kinds measured 42.6 MiB RSS on the simulated node (docs/performance.md); the
+"""One process serving seven kinds measured 38.9 MiB RSS on the simulated node (docs/performance.md); the
 limit leaves more than the single-kind plugin's twice-the-peak headroom, for larger nodes."""
 
 
