@@ -13,6 +13,8 @@ same window (default flags) and then the resident memory: the sum of ``VmRSS`` a
 machine hits them alike.
 
 Run from the repository root: ``.venv/bin/python bench/bench_footprint.py`` (about half a minute).
+``--profile default --kinds gpu,qat,dsa,iaa,dlb,npu,sgx`` compares seven processes with one on the
+simulator's default node, which has devices of all seven kinds.
 """
 
 from __future__ import annotations
@@ -53,16 +55,23 @@ def common_flags(root: Path, plugin_dir: Path, cdi_dir: Path) -> list[str]:
     return ["-prefix", str(root), "-device-plugin-dir", str(plugin_dir), "-cdi-dir", str(cdi_dir)]
 
 
-async def run(workdir: Path, idle_seconds: float, load: LoadAverage) -> str:
+async def run(
+    workdir: Path,
+    idle_seconds: float,
+    load: LoadAverage,
+    profile: str = "mixed",
+    kinds: Sequence[str] = KINDS,
+) -> str:
+    compared = tuple(kinds)
     root = workdir / "node"
-    build_node(parse_node_spec(profile_text("mixed")), root)
+    build_node(parse_node_spec(profile_text(profile)), root)
     separate_dir, combined_dir = workdir / "dp-separate", workdir / "dp-combined"
     separate_flags = common_flags(root, separate_dir, workdir / "cdi-separate")
     combined_flags = common_flags(root, combined_dir, workdir / "cdi-combined")
     expected: dict[str, int] = {}
-    for kind in KINDS:
+    for kind in compared:
         expected |= advertised(plugins_from_cli(f"intel_device_plugins.plugins.{kind}.cli", separate_flags))
-    plugin_args = [word for kind in KINDS for word in ("--plugin", kind)]
+    plugin_args = [word for kind in compared for word in ("--plugin", kind)]
     async with contextlib.AsyncExitStack() as stack:
         separate_kubelet = await stack.enter_async_context(KubeletStandIn(separate_dir))
         combined_kubelet = await stack.enter_async_context(KubeletStandIn(combined_dir))
@@ -72,7 +81,7 @@ async def run(workdir: Path, idle_seconds: float, load: LoadAverage) -> str:
                     [console_script(f"intel_{kind}_device_plugin"), *separate_flags], workdir / f"{kind}.log"
                 )
             )
-            for kind in KINDS
+            for kind in compared
         }
         combined = await stack.enter_async_context(
             plugin_process(
@@ -101,16 +110,16 @@ async def run(workdir: Path, idle_seconds: float, load: LoadAverage) -> str:
         "| process | VmRSS | VmHWM | PSS | idle CPU, default flags |",
         "|---|---|---|---|---|",
     ]
-    for kind in KINDS:
+    for kind in compared:
         name = f"intel_{kind}_device_plugin"
         lines.append(
             f"| {name} | {rss[kind]:.1f} MiB | {hwm[kind]:.1f} MiB | {pss[kind]:.1f} MiB"
             f" | {idle[kind]:.3f} % of a core |"
         )
-    total = [sum(figure[k] for k in KINDS) for figure in (rss, hwm, pss, idle)]
+    total = [sum(figure[k] for k in compared) for figure in (rss, hwm, pss, idle)]
     one = [figure["combined"] for figure in (rss, hwm, pss, idle)]
     lines.append(
-        f"| **four processes, total** | **{total[0]:.1f} MiB** | **{total[1]:.1f} MiB**"
+        f"| **{len(compared)} processes, total** | **{total[0]:.1f} MiB** | **{total[1]:.1f} MiB**"
         f" | **{total[2]:.1f} MiB** | **{total[3]:.2f} % of a core** |"
     )
     lines.append(
@@ -118,19 +127,25 @@ async def run(workdir: Path, idle_seconds: float, load: LoadAverage) -> str:
         f" | **{one[2]:.1f} MiB** | **{one[3]:.2f} % of a core** |"
     )
     ratios = " | ".join(f"{o / t:.2f}x" if t else "—" for o, t in zip(one, total, strict=True))
-    lines.append(f"| one process / four processes | {ratios} |")
+    lines.append(f"| one process / {len(compared)} processes | {ratios} |")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="idle CPU window (default 20)")
+    parser.add_argument("--profile", default="mixed", help="simulated node profile (default mixed)")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated kinds to compare (default {','.join(KINDS)})",
+    )
     args = parser.parse_args(argv)
     command = shlex.join([".venv/bin/python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     load = LoadAverage()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-footprint-") as workdir:
-        table = asyncio.run(run(Path(workdir), args.idle_seconds, load))
+        table = asyncio.run(run(Path(workdir), args.idle_seconds, load, args.profile, args.kinds.split(",")))
     load.sample()
     print(header(command, load, time.monotonic() - started))
     print()

@@ -12,6 +12,8 @@ process with the Deployment's flags and its ServiceAccount token (``k8stest.oper
   webhook over TLS for each valid request, and stops after the validating one for an invalid request).
 - ``admission-baseline``: the same requests on objects the webhook configurations then exclude with an
   ``objectSelector``, so the API server's own share of the latency (authentication, schema, dry run) shows.
+- ``samples``: the 8 sample CRs of ``deploy/operator/samples`` created; reports when every CR's status names
+  its DaemonSet, and the operator's current RSS (VmRSS) then, after a settling pause.
 - ``status``: ``--nodes`` kwok nodes in 8 pools, one GPU CR per pool; reports when all 8 DaemonSets are Ready
   and how long after that every CR's status shows the right desired/ready counts and node names.
 
@@ -54,6 +56,48 @@ def cr(kind: DeviceKind, name: str, spec: dict[str, Any]) -> dict[str, Any]:
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "operator" / "samples"
+
+
+def samples(client: KubeClient, pid: int, settle_s: float = 5.0) -> dict[str, Any]:
+    """Create upstream's 8 sample CRs and wait until every status names its DaemonSet."""
+    import yaml
+
+    crs = [yaml.safe_load(p.read_text()) for p in sorted(SAMPLES.glob("deviceplugin_v1_*.yaml"))]
+    start = time.perf_counter()
+    for body in crs:
+        client.create(cr_path(DeviceKind.from_kind(body["kind"])), body)
+
+    def reconciled() -> bool:
+        for body in crs:
+            kind = DeviceKind.from_kind(body["kind"])
+            st = client.get(cr_path(kind, body["metadata"]["name"])).get("status") or {}
+            if (st.get("controlledDaemonSet") or {}).get("name") != kind.daemonset_name(
+                body["metadata"]["name"]
+            ):
+                return False
+        return True
+
+    wait_for("8 sample statuses", reconciled, timeout=120, interval=0.1)
+    done_at = time.perf_counter() - start
+    time.sleep(settle_s)
+    result = {
+        "CRs": len(crs),
+        "statuses written after s": round(done_at, 2),
+        "operator RSS MiB now": rss_mib(pid),
+    }
+    for body in crs:
+        client.delete(cr_path(DeviceKind.from_kind(body["kind"]), body["metadata"]["name"]))
+    return result
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -223,7 +267,9 @@ def status(client: KubeClient, nodes: int, pools: int = 8) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="+", choices=("latency", "admission", "admission-baseline", "status"))
+    ap.add_argument(
+        "what", nargs="+", choices=("latency", "admission", "admission-baseline", "samples", "status")
+    )
     ap.add_argument("--crs", type=int, default=50)
     ap.add_argument(
         "--pause", type=float, default=0.0, help="seconds between CRs in latency (0: back to back)"
@@ -252,6 +298,9 @@ def main() -> int:
                 elif what == "admission-baseline":
                     skip_webhooks_for_label(client)
                     result = admission(client, args.rate, args.seconds, webhooks=False)
+                elif what == "samples":
+                    op = next(o for o in installed.operators if o.proc.alive())
+                    result = samples(client, op.proc.pid)
                 else:
                     result = status(client, args.nodes)
                 print(f"== {what}")

@@ -12,7 +12,6 @@ from typing import Any
 from cryptography import x509
 
 from intel_device_plugins.operator.certs import (
-    CA_VALIDITY,
     SERVING_VALIDITY,
     CertBundle,
     ca_bundle_patch,
@@ -48,18 +47,53 @@ def test_secret_round_trip_and_garbage() -> None:
     assert CertBundle.from_secret_data(bundle.to_secret_data()) == bundle
     assert CertBundle.from_secret_data(None) is None
     assert CertBundle.from_secret_data({"ca.crt": "!!"}) is None
-    junk = CertBundle(b"x", b"y", b"z", b"w")
+    junk = CertBundle(b"x", b"z", b"w")
     assert "does not parse" in renewal_reason(junk, DNS, NOW)
 
 
-def test_serving_rotation_keeps_ca() -> None:
+def test_renewal_rolls_to_a_new_ca_and_keeps_the_previous_one_trusted() -> None:
     bundle = issue(None, DNS, NOW)
     later = NOW + SERVING_VALIDITY * 0.7
-    assert renewal_reason(bundle, DNS, later) == "serving certificate is due for renewal"
+    assert renewal_reason(bundle, DNS, later) in (
+        "CA certificate is due for renewal",
+        "serving certificate is due for renewal",
+    )
     renewed = issue(bundle, DNS, later)
-    assert renewed.ca_cert == bundle.ca_cert and renewed.tls_cert != bundle.tls_cert
+    assert renewed.ca_cert != bundle.ca_cert and renewed.tls_cert != bundle.tls_cert
     assert renewal_reason(renewed, DNS, later) == ""
-    assert renewed.ca_bundle() == bundle.ca_cert
+    assert renewed.ca_bundle() == renewed.ca_cert + bundle.ca_cert
+    # the previous certificate still verifies against the published bundle
+    old_tls = x509.load_pem_x509_certificate(bundle.tls_cert)
+    bundle_cas = x509.load_pem_x509_certificates(renewed.ca_bundle())
+    assert any(old_tls.issuer == ca.subject for ca in bundle_cas)
+    # once the previous CA has expired it leaves the bundle
+    much_later = NOW + SERVING_VALIDITY + dt.timedelta(days=1)
+    assert issue(renewed, DNS, much_later).previous_ca_cert == renewed.ca_cert
+
+
+def test_the_ca_private_key_is_never_stored() -> None:
+    bundle = issue(None, DNS, NOW)
+    data = bundle.to_secret_data()
+    assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
+    decoded = b"".join(base64.b64decode(v) for v in data.values())
+    assert decoded.count(b"PRIVATE KEY-----") == 2  # BEGIN and END of the serving key only
+    renewed = issue(bundle, DNS, NOW + SERVING_VALIDITY * 0.7)
+    assert "ca.key" not in renewed.to_secret_data()
+
+
+def test_a_secret_holding_a_ca_key_is_reissued_without_it() -> None:
+    ca_cert, ca_key = new_ca(NOW)
+    tls_cert, tls_key = new_serving(ca_cert, ca_key, DNS, NOW)
+    legacy = {
+        k: base64.b64encode(v).decode()
+        for k, v in {"ca.crt": ca_cert, "ca.key": ca_key, "tls.crt": tls_cert, "tls.key": tls_key}.items()
+    }
+    bundle = CertBundle.from_secret_data(legacy)
+    assert bundle is not None and bundle.stored_ca_key
+    assert "CA private key" in renewal_reason(bundle, DNS, NOW)
+    fresh = issue(bundle, DNS, NOW)
+    assert "ca.key" not in fresh.to_secret_data() and fresh.previous_ca_cert == ca_cert
+    assert renewal_reason(CertBundle.from_secret_data(fresh.to_secret_data()), DNS, NOW) == ""
 
 
 def test_dns_change_forces_reissue() -> None:
@@ -69,20 +103,9 @@ def test_dns_change_forces_reissue() -> None:
     assert renewal_reason(issue(bundle, other, NOW), other, NOW) == ""
 
 
-def test_ca_rollover_keeps_previous_ca_in_bundle() -> None:
-    bundle = issue(None, DNS, NOW)
-    later = NOW + CA_VALIDITY * 0.8
-    assert renewal_reason(bundle, DNS, later) == "CA certificate is due for renewal"
-    rolled = issue(bundle, DNS, later)
-    assert rolled.ca_cert != bundle.ca_cert and rolled.previous_ca_cert == bundle.ca_cert
-    assert rolled.ca_bundle() == rolled.ca_cert + bundle.ca_cert
-    again = issue(rolled, DNS, later + dt.timedelta(days=1))
-    assert again.previous_ca_cert == bundle.ca_cert
-
-
 def test_foreign_serving_cert_is_detected() -> None:
     a, b = issue(None, DNS, NOW), issue(None, DNS, NOW)
-    mixed = CertBundle(a.ca_cert, a.ca_key, b.tls_cert, b.tls_key)
+    mixed = CertBundle(a.ca_cert, b.tls_cert, b.tls_key)
     assert "signature does not match the CA" in renewal_reason(mixed, DNS, NOW)
 
 

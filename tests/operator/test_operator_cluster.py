@@ -10,6 +10,7 @@ ExternalName Service to loopback, trusting the CA the operator issued and inject
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import importlib.util
 import json
 import socket
@@ -234,7 +235,9 @@ def test_create_update_delete(
     ]
     assert_matches_plan(kind, admin.get(cr_path(kind, name)), ds)
     pod = ds["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {TEST_LABEL: name}
+    # IAA always adds the amd64 selector, as upstream does
+    arch = {"kubernetes.io/arch": "amd64"} if kind is DeviceKind.IAA else {}
+    assert pod["nodeSelector"] == {TEST_LABEL: name, **arch}
     assert pod["tolerations"] == spec["tolerations"]
 
     # Update: the spec change reaches the DaemonSet.
@@ -593,6 +596,81 @@ def test_clean_shutdown_hands_over_at_once(installed: Installed, admin: KubeClie
     assert leader.proc.popen.returncode == 0, leader.log()[-3000:]
     eventually("hand-over", lambda: installed.leader() == standby.name, timeout=15)
     assert time.monotonic() - t0 < 8.0  # released Lease: no waiting for expiry
+
+
+def test_combined_mode_runs_every_kind_from_one_daemonset(
+    installed: Installed, admin: KubeClient, crs: Callable[..., JSON], kwok_nodes: Callable[..., list[str]]
+) -> None:
+    """A leader started with DEVICEPLUGIN_COMBINED=true: one DaemonSet for a GPU and a QAT CR, Ready on the
+    nodes either selects, each CR's status following it; then the per-kind operator leads again."""
+    managed = f"/apis/apps/v1/namespaces/{NS}/daemonsets?labelSelector=app.kubernetes.io/managed-by"
+    eventually("earlier tests' DaemonSets to go", lambda: not admin.get(managed)["items"], timeout=60)
+    # the one extra right of deploy/operator/combined, as its overlay renders it
+    rendered = yaml.safe_load_all(
+        installed.kubectl("kustomize", str(ROOT / "deploy/operator/overlays/combined")).stdout
+    )
+    rbac = [
+        d
+        for d in rendered
+        if d and d["kind"] in ("Role", "RoleBinding") and "combined" in d["metadata"]["name"]
+    ]
+    assert len(rbac) == 2
+    paths = []
+    for doc in rbac:
+        base = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/{doc['kind'].lower()}s"
+        admin.create(base, doc)
+        paths.append(f"{base}/{doc['metadata']['name']}")
+    try:
+        combined_mode_run(installed, admin, crs, kwok_nodes)
+    finally:
+        for path in paths:
+            admin.delete(path)
+
+
+def combined_mode_run(
+    installed: Installed, admin: KubeClient, crs: Callable[..., JSON], kwok_nodes: Callable[..., list[str]]
+) -> None:
+    leader = next(op for op in installed.operators if op.proc.alive() and installed.leader() == op.name)
+    plain_env = installed.extra_env
+    installed.extra_env = {**plain_env, "DEVICEPLUGIN_COMBINED": "true"}
+    try:
+        combined = installed.start_operator(unique("operator-combined"))
+    finally:
+        installed.extra_env = plain_env
+    installed.route_webhooks_to(combined)
+    leader.proc.stop()
+    eventually("the combined operator to lead", lambda: installed.leader() == combined.name, timeout=15)
+
+    gpu, qat = unique("comb-gpu"), unique("comb-qat")
+    nodes = set(kwok_nodes(1, labels={TEST_LABEL: gpu})) | set(kwok_nodes(1, labels={TEST_LABEL: qat}))
+    crs(DeviceKind.GPU, gpu, {"nodeSelector": {TEST_LABEL: gpu}})
+    crs(DeviceKind.QAT, qat, {"nodeSelector": {TEST_LABEL: qat}, "maxNumDevices": 3})
+    path = f"/apis/apps/v1/namespaces/{NS}/daemonsets/intel-device-plugins"
+    eventually(
+        "the combined DaemonSet to be owned by both CRs",
+        lambda: len((get_or_none(admin, path) or {}).get("metadata", {}).get("ownerReferences") or ()) == 2,
+    )
+    ds = wait_daemonset_ready(admin, NS, "intel-device-plugins", expected=2, timeout=120)
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["intel_device_plugins"]
+    assert [a.split()[0] for a in container["args"][3::2]] == ["gpu", "qat"]
+    assert (
+        "qat -dpdk-driver vfio-pci -kernel-vf-drivers c6xxvf,4xxxvf -max-num-devices 3" in container["args"]
+    )
+    for kind, name in ((DeviceKind.GPU, gpu), (DeviceKind.QAT, qat)):
+        eventually(f"{name} status", functools.partial(status_matches, admin, kind, name, nodes))
+        status = admin.get(cr_path(kind, name))["status"]
+        assert status["controlledDaemonSet"]["name"] == "intel-device-plugins"
+    assert get_or_none(admin, ds_path(DeviceKind.GPU, gpu)) is None
+
+    # every CR gone: the garbage collector removes the DaemonSet; then the per-kind operator leads again
+    admin.delete(cr_path(DeviceKind.GPU, gpu))
+    admin.delete(cr_path(DeviceKind.QAT, qat))
+    eventually("the combined DaemonSet to go", lambda: get_or_none(admin, path) is None, timeout=60)
+    plain = installed.start_operator(unique("operator-d"))
+    installed.route_webhooks_to(plain)
+    combined.proc.stop()
+    eventually("the per-kind operator to lead", lambda: installed.leader() == plain.name, timeout=15)
 
 
 def test_api_server_restart_is_survived_and_reconciling_resumes(

@@ -14,7 +14,10 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
+from intel_device_plugins.operator import cli
+from intel_device_plugins.operator.combined import COMBINED_NAME
 from intel_device_plugins.operator.controller import (
+    ALL_CRS,
     FIELD_MANAGER,
     ControllerConfig,
     Reconciler,
@@ -408,3 +411,111 @@ async def test_wait_for_crds_until_served_or_stopped() -> None:
     assert api.calls == 3
     stop.set()
     assert not await wait_for_crds(cast(AsyncClient, Discovery()), (DeviceKind.SGX,), stop, retry_s=0.01)
+
+
+# ----- combined mode: one DaemonSet for all CRs, each CR's status still its own -----
+
+
+class CombinedApi(FakeApi):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted: list[str] = []
+
+    async def delete(self, res: Any, name: str, *, namespace: str | None = None) -> None:
+        assert res is DaemonSet and namespace == NS
+        self.deleted.append(name)
+        self.daemonsets.pop(name, None)
+
+    def add_combined_pod(self, node: str) -> None:
+        self.add_pod(DeviceKind.GPU, "x", node)
+        pod = self.pods[-1]
+        pod["metadata"]["labels"] = {"app": COMBINED_NAME}
+        pod["metadata"]["ownerReferences"][0]["name"] = COMBINED_NAME
+
+
+def make_combined(api: FakeApi) -> Reconciler:
+    cfg = ControllerConfig(NS, ALL_KINDS, {}, combined=True)
+    return Reconciler(cast(AsyncClient, api), cfg, Metrics(), now=lambda: "2026-11-23T10:00:00Z")
+
+
+def combined_spec(kind: DeviceKind, **extra: Any) -> dict[str, Any]:
+    return {"image": f"intel/intel-{kind.value}-plugin:0.36.0", **extra}
+
+
+async def test_one_daemonset_and_every_crs_status() -> None:
+    api = CombinedApi()
+    api.add_cr(DeviceKind.GPU, "gpu", combined_spec(DeviceKind.GPU, nodeSelector={"gpu": "yes"}))
+    api.add_cr(DeviceKind.QAT, "qat", combined_spec(DeviceKind.QAT, nodeSelector={"qat": "yes"}))
+    rec = make_combined(api)
+    await rec.reconcile(DeviceKind.QAT, "qat")
+    (applied,) = api.applies
+    assert applied["metadata"]["name"] == COMBINED_NAME
+    args = applied["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a.split()[0] for a in args[3::2]] == ["gpu", "qat"]
+    api.daemonsets[COMBINED_NAME]["status"] = ds_status(2, 2)
+    api.add_combined_pod("n1")
+    api.add_combined_pod("n2")
+    await rec.reconcile(DeviceKind.GPU, "gpu")
+    for plural, name in (("gpudeviceplugins", "gpu"), ("qatdeviceplugins", "qat")):
+        status = api.crs[(plural, name)]["status"]
+        assert status["controlledDaemonSet"]["name"] == COMBINED_NAME
+        assert (status["desiredNumberScheduled"], status["numberReady"]) == (2, 2)
+        assert status["nodeNames"] == ["n1", "n2"]
+    writes = len(api.status_patches)
+    await rec.reconcile(DeviceKind.GPU, "gpu")  # idle: nothing written
+    assert len(api.status_patches) == writes
+
+
+async def test_a_second_cr_of_a_kind_is_reported_not_served() -> None:
+    api = CombinedApi()
+    api.add_cr(DeviceKind.GPU, "b", combined_spec(DeviceKind.GPU))
+    api.add_cr(DeviceKind.GPU, "a", combined_spec(DeviceKind.GPU))
+    await make_combined(api).reconcile(DeviceKind.GPU, "b")
+    assert [r["name"] for r in api.applies[0]["metadata"]["ownerReferences"]] == ["a"]
+    (cond,) = api.crs[("gpudeviceplugins", "b")]["status"]["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "CombinedProcess",
+        "False",
+        "KindServedByAnotherCR",
+    )
+    assert "a is served" in cond["message"]
+
+
+async def test_invalid_spec_is_reported_and_the_others_still_served() -> None:
+    api = CombinedApi()
+    api.add_cr(DeviceKind.GPU, "bad", {"sharedDevNum": "many"})
+    api.add_cr(DeviceKind.SGX, "sgx", combined_spec(DeviceKind.SGX))
+    await make_combined(api).reconcile(DeviceKind.GPU, "bad")
+    assert [r["name"] for r in api.applies[0]["metadata"]["ownerReferences"]] == ["sgx"]
+    (cond,) = api.crs[("gpudeviceplugins", "bad")]["status"]["conditions"]
+    assert cond["type"] == "SpecValid" and cond["status"] == "False" and "sharedDevNum" in cond["message"]
+
+
+async def test_no_cr_left_deletes_the_daemonset() -> None:
+    api = CombinedApi()
+    api.daemonsets[COMBINED_NAME] = {"metadata": {"name": COMBINED_NAME}}
+    await make_combined(api).reconcile(DeviceKind.GPU, "gone")
+    assert api.deleted == [COMBINED_NAME] and not api.applies
+
+
+def test_every_event_queues_one_combined_reconcile() -> None:
+    rec = make_combined(CombinedApi())
+    rec.enqueue(DeviceKind.GPU, "a")
+    rec.enqueue(DeviceKind.QAT, "b")
+    rec.enqueue_all()
+    assert len(rec.queue) == 1 and rec.queue._waiting == {(ALL_KINDS[0], ALL_CRS)}
+
+
+def test_setting_from_flag_and_env() -> None:
+    p = cli.parser()
+    assert p.parse_args(cli.normalise_dashes(["-combined-plugin-process"], p)).combined_plugin_process
+    assert not p.parse_args([]).combined_plugin_process
+    assert cli.combined_mode(False, {"DEVICEPLUGIN_COMBINED": "true"}) is True
+    assert cli.combined_mode(True, {"DEVICEPLUGIN_COMBINED": "false"}) is False
+    assert cli.combined_mode(True, {}) is True
+    try:
+        cli.combined_mode(False, {"DEVICEPLUGIN_COMBINED": "maybe"})
+    except cli.UsageError as exc:
+        assert "DEVICEPLUGIN_COMBINED" in str(exc)
+    else:
+        raise AssertionError("a bad DEVICEPLUGIN_COMBINED must be refused")

@@ -73,9 +73,9 @@ def test_common_shape(kind: DeviceKind) -> None:
         (DeviceKind.DLB, ("48Mi", "40m"), ("96Mi", "100m"), False),
         (DeviceKind.DSA, ("48Mi", "50m"), ("96Mi", "100m"), False),
         (DeviceKind.FPGA, ("48Mi", "80m"), ("96Mi", "160m"), None),
-        (DeviceKind.GPU, ("48Mi", "40m"), ("96Mi", "100m"), None),
+        (DeviceKind.GPU, ("48Mi", "40m"), ("96Mi", "100m"), False),
         (DeviceKind.IAA, ("48Mi", "60m"), ("96Mi", "120m"), False),
-        (DeviceKind.NPU, ("48Mi", "40m"), ("96Mi", "100m"), None),
+        (DeviceKind.NPU, ("48Mi", "40m"), ("96Mi", "100m"), False),
         (DeviceKind.QAT, ("48Mi", "70m"), ("96Mi", "140m"), False),
         (DeviceKind.SGX, ("48Mi", "40m"), ("96Mi", "100m"), False),
     ],
@@ -249,7 +249,7 @@ def test_fpga_always_has_init_container() -> None:
 def test_dlb_init() -> None:
     ds = build(DeviceKind.DLB, {"initImage": INIT.format("dlb-initcontainer")})
     c = init_of(ds)
-    assert c["name"] == "enable-vfs" and c["securityContext"]["privileged"] is True
+    assert c["name"] == "enable-vfs"
     assert volumes(ds)["sysfs-driver-dlb2"]["hostPath"] == {
         "path": "/sys/bus/pci/drivers/dlb2",
         "type": "DirectoryOrCreate",
@@ -276,6 +276,7 @@ def test_dsa_init_with_config() -> None:
     }
     assert vols["scratch"] == {"name": "scratch", "emptyDir": {}}
     assert {"sys-bus-dsa", "sys-bus-pci", "sys-devices"} <= set(vols)
+    assert vols["sys-bus-pci"]["hostPath"] == {"path": "/sys/bus/pci/drivers"}
 
 
 def test_iaa_init_has_no_pci_bus() -> None:
@@ -301,7 +302,9 @@ def test_qat_init() -> None:
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["ENABLED_QAT_PF_PCIIDS"] == "4940 4942 4944 4946"
     assert volumes(ds)["intel-qat-config-volume"]["configMap"] == {"name": "qat-config", "defaultMode": 0o440}
-    assert volumes(ds)["sysfs"]["hostPath"] == {"path": "/sys", "type": "DirectoryOrCreate"}
+    assert volumes(ds)["sysfs"]["hostPath"] == {"path": "/sys/devices", "type": "Directory"}
+    drivers = volumes(ds)["sysfs-pci-drivers"]["hostPath"]
+    assert drivers == {"path": "/sys/bus/pci/drivers", "type": "Directory"}
 
 
 def test_qat_pf_ids_order_and_unknowns() -> None:
@@ -325,3 +328,72 @@ def test_nfd_init(kind: DeviceKind, name: str, volume: str) -> None:
 def test_builder_is_deterministic() -> None:
     spec = {"nodeSelector": {"b": "2", "a": "1"}, "sharedDevNum": 3}
     assert build(DeviceKind.GPU, spec) == build(DeviceKind.GPU, spec)
+
+
+SYSFS_WRITERS = [
+    (DeviceKind.DLB, {"initImage": INIT.format("dlb-initcontainer")}),
+    (DeviceKind.DSA, {"initImage": INIT.format("idxd-config-initcontainer")}),
+    (DeviceKind.DSA, {"initImage": INIT.format("idxd-config-initcontainer"), "driver": "vfio-pci"}),
+    (DeviceKind.IAA, {"initImage": INIT.format("idxd-config-initcontainer")}),
+    (DeviceKind.QAT, {"initImage": INIT.format("qat-initcontainer"), "provisioningConfig": "qat-config"}),
+]
+
+
+@pytest.mark.parametrize(("kind", "spec"), SYSFS_WRITERS, ids=lambda v: getattr(v, "value", ""))
+def test_sysfs_writing_init_containers_are_not_privileged(kind: DeviceKind, spec: dict[str, Any]) -> None:
+    """No privileged init container, no capability, and never the whole of /sys."""
+    ds = build(kind, spec)
+    c = init_of(ds)
+    sc = c["securityContext"]
+    assert "privileged" not in sc
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    vols = volumes(ds)
+    sys_mounts = {m["mountPath"] for m in c["volumeMounts"] if m["mountPath"].startswith("/sys")}
+    allowed = {"/sys/devices", "/sys/bus/pci/drivers", "/sys/bus/pci/drivers/dlb2", "/sys/bus/dsa"}
+    assert sys_mounts <= allowed, sys_mounts - allowed
+    for m in c["volumeMounts"]:
+        host = vols[m["name"]].get("hostPath", {}).get("path", "")
+        assert host not in ("/sys", "/sys/bus/pci", "/"), (m, host)
+
+
+def test_sysfs_writers_mount_exactly_what_their_scripts_write() -> None:
+    def sys_paths(kind: DeviceKind, spec: dict[str, Any]) -> set[str]:
+        return {m["mountPath"] for m in init_of(build(kind, spec))["volumeMounts"]} - {
+            "/idxd-init/scratch",
+            "/idxd-init/conf",
+            "/qat-init/conf",
+        }
+
+    assert sys_paths(*SYSFS_WRITERS[0]) == {"/sys/devices", "/sys/bus/pci/drivers/dlb2"}
+    assert sys_paths(*SYSFS_WRITERS[1]) == {"/sys/bus/dsa", "/sys/bus/pci/drivers", "/sys/devices"}
+    assert sys_paths(*SYSFS_WRITERS[3]) == {"/sys/bus/dsa", "/sys/devices"}
+    assert sys_paths(*SYSFS_WRITERS[4]) == {"/sys/devices", "/sys/bus/pci/drivers"}
+
+
+@pytest.mark.parametrize("kind", [DeviceKind.GPU, DeviceKind.NPU], ids=lambda k: k.value)
+def test_plugins_that_never_call_the_api_get_no_token(kind: DeviceKind) -> None:
+    assert pod(build(kind, {}))["automountServiceAccountToken"] is False
+
+
+def test_fpga_keeps_its_token_for_the_node_mode_annotation() -> None:
+    assert "automountServiceAccountToken" not in pod(build(DeviceKind.FPGA, {}))
+
+
+def test_dlb_sysfs_devices_volume_is_directory_or_create() -> None:
+    ds = build(DeviceKind.DLB, {"initImage": INIT.format("dlb-initcontainer")})
+    assert volumes(ds)["sysfs-devices"]["hostPath"] == {"path": "/sys/devices", "type": "DirectoryOrCreate"}
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ({}, {"kubernetes.io/arch": "amd64"}),
+        ({"a": "b"}, {"a": "b", "kubernetes.io/arch": "amd64"}),
+        ({"kubernetes.io/arch": "arm64"}, {"kubernetes.io/arch": "amd64"}),
+    ],
+)
+def test_iaa_always_selects_amd64(selector: dict[str, str], expected: dict[str, str]) -> None:
+    assert pod(build(DeviceKind.IAA, {"nodeSelector": selector}))["nodeSelector"] == expected
+    if selector:
+        assert pod(build(DeviceKind.DSA, {"nodeSelector": selector}))["nodeSelector"] == selector

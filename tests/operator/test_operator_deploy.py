@@ -209,3 +209,18 @@ def test_ha_overlay() -> None:
     assert pdb["metadata"]["namespace"] == dep["metadata"]["namespace"]
     assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_combined_overlay_adds_the_flag_and_only_daemonset_delete() -> None:
+    docs = render(DEPLOY / "operator" / "overlays" / "combined")
+    (deployment,) = by_kind(docs, "Deployment")
+    assert "--combined-plugin-process" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    role = next(r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("combined-role"))
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["delete"]}]
+    assert role["metadata"]["namespace"] == "inteldeviceplugins-system"
+    binding = next(
+        b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]
+    )
+    assert binding["subjects"][0]["name"] == "intel-deviceplugins-controller-manager"
+    base = render(DEPLOY / "operator" / "self-signed")
+    assert not any(r["metadata"]["name"].endswith("combined-role") for r in by_kind(base, "Role"))

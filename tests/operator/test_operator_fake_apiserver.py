@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +22,9 @@ import pytest
 import yaml
 from aiohttp import web
 
+from intel_device_plugins.operator.combined import COMBINED_NAME
 from intel_device_plugins.operator.controller import ControllerConfig, run_controllers
+from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, DeviceKind
 from intel_device_plugins.operator.metrics import Metrics
@@ -231,6 +234,11 @@ class FakeApiServer:
                 return self.error(409, "Conflict", "the object has been modified")
             body["metadata"]["uid"] = self.objects[key]["metadata"]["uid"]
             return web.json_response(self.put(key, body, "MODIFIED"))
+        if request.method == "DELETE":
+            if key not in self.objects:
+                return self.not_found(name)
+            self.delete(key)
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200})
         return web.json_response({"kind": "Status", "code": 405}, status=405)
 
     def list(self, prefix: str, plural: str, ns: str, selector: str) -> dict[str, Any]:
@@ -293,6 +301,35 @@ class FakeApiServer:
             },
             status=404,
         )
+
+
+def daemonset_pod(name: str, ds: dict[str, Any], node: str) -> dict[str, Any]:
+    """A pod of DaemonSet ``ds`` on ``node``, with the DaemonSet's ``app`` label and controller reference."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ds["metadata"]["namespace"],
+            "labels": {"app": ds["spec"]["selector"]["matchLabels"]["app"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "controller": True,
+                    "name": ds["metadata"]["name"],
+                    "uid": ds["metadata"]["uid"],
+                }
+            ],
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+    }
+
+
+def with_one_ready_pod(ds: dict[str, Any]) -> dict[str, Any]:
+    """The DaemonSet as its controller reports one scheduled, ready pod."""
+    counts = ("desiredNumberScheduled", "numberReady", "currentNumberScheduled")
+    return {**ds, "status": {**dict.fromkeys(counts, 1), "numberMisscheduled": 0}}
 
 
 async def eventually(probe: Callable[[], Any], limit_s: float = 15.0) -> Any:
@@ -384,36 +421,8 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
 
         # the DaemonSet's status and pods reach the CR's status
         ds = copy.deepcopy(cluster.objects[ds_key])
-        cluster.put(
-            ("api/v1", "pods", NS, "p1"),
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "p1",
-                    "namespace": NS,
-                    "labels": {"app": "intel-gpu-plugin"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "DaemonSet",
-                            "controller": True,
-                            "name": "intel-gpu-plugin-a",
-                            "uid": ds["metadata"]["uid"],
-                        }
-                    ],
-                },
-                "spec": {"nodeName": "node-1", "containers": [{"name": "c"}]},
-            },
-            "ADDED",
-        )
-        ds["status"] = {
-            "desiredNumberScheduled": 1,
-            "numberReady": 1,
-            "currentNumberScheduled": 1,
-            "numberMisscheduled": 0,
-        }
-        cluster.put(ds_key, ds, "MODIFIED")
+        cluster.put(("api/v1", "pods", NS, "p1"), daemonset_pod("p1", ds, "node-1"), "ADDED")
+        cluster.put(ds_key, with_one_ready_pod(ds), "MODIFIED")
         await eventually(
             lambda: (
                 cluster.objects[cr_key]["status"].get("nodeNames") == ["node-1"]
@@ -431,6 +440,78 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
         # the CR goes away: no error loop
         cluster.delete(cr_key)
         await asyncio.sleep(0.5)
+        assert metrics.reconcile_errors == 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_combined_mode_over_http(cluster: FakeApiServer) -> None:
+    """One DaemonSet for a GPU and a QAT CR; a per-kind DaemonSet left from before is deleted; statuses."""
+    kinds = (DeviceKind.GPU, DeviceKind.QAT)
+    keys = {k: (CR_PREFIX, k.plural, "", f"{k.value}-cr") for k in kinds}
+    for kind, key in keys.items():
+        cluster.put(
+            key,
+            {
+                "apiVersion": f"{GROUP}/v1",
+                "kind": kind.kind,
+                "metadata": {"name": key[3]},
+                "spec": {"image": f"intel/intel-{kind.value}-plugin:0.36.0", "logLevel": 2},
+            },
+            "ADDED",
+        )
+    leftover = (DS_PREFIX, "daemonsets", NS, "intel-gpu-plugin-old")
+    cluster.put(
+        leftover,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {
+                "name": "intel-gpu-plugin-old",
+                "namespace": NS,
+                "labels": {"app": "intel-gpu-plugin", MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            },
+            "spec": {
+                "selector": {"matchLabels": {"app": "intel-gpu-plugin"}},
+                "template": {"spec": {"containers": [{"name": "c"}]}},
+            },
+        },
+        "ADDED",
+    )
+    ds_key = (DS_PREFIX, "daemonsets", NS, COMBINED_NAME)
+    metrics = Metrics()
+    task = asyncio.create_task(run_controllers(ControllerConfig(NS, kinds, {}, combined=True), metrics))
+    try:
+        ds = await eventually(lambda: cluster.objects.get(ds_key))
+        assert leftover not in cluster.objects
+        assert sorted(r["name"] for r in ds["metadata"]["ownerReferences"]) == ["gpu-cr", "qat-cr"]
+        args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[:2] == ["-v", "2"] and [a.split()[0] for a in args[3::2]] == ["gpu", "qat"]
+        cluster.put(("api/v1", "pods", NS, "p1"), daemonset_pod("p1", ds, "node-1"), "ADDED")
+        ds = copy.deepcopy(cluster.objects[ds_key])
+        cluster.put(ds_key, with_one_ready_pod(ds), "MODIFIED")
+
+        def listed_on_node_1(key: tuple[str, str, str, str]) -> bool:
+            status = cluster.objects[key].get("status") or {}
+            return status.get("nodeNames") == ["node-1"] and status.get("numberReady") == 1
+
+        for key in keys.values():
+            await eventually(functools.partial(listed_on_node_1, key))
+            status = cluster.objects[key]["status"]
+            assert status["controlledDaemonSet"]["name"] == COMBINED_NAME and status["numberReady"] == 1
+
+        # a spec change of one CR reaches the one DaemonSet
+        cr = copy.deepcopy(cluster.objects[keys[DeviceKind.QAT]])
+        cr["spec"]["maxNumDevices"] = 5
+        cluster.put(keys[DeviceKind.QAT], cr, "MODIFIED")
+        await eventually(
+            lambda: any(
+                "-max-num-devices 5" in a
+                for a in cluster.objects[ds_key]["spec"]["template"]["spec"]["containers"][0]["args"]
+            )
+        )
         assert metrics.reconcile_errors == 0
     finally:
         task.cancel()

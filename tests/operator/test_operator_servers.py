@@ -236,7 +236,9 @@ async def test_self_managed_issue_store_and_inject(tmp_path: Path, with_secret: 
     assert api.writes == 1 and len(api.patches) == 2
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=300)
     renewed = await certs.ensure(later)
-    assert api.writes == 2 and renewed.ca_cert == bundle.ca_cert and renewed.tls_cert != bundle.tls_cert
+    assert api.writes == 2 and renewed.tls_cert != bundle.tls_cert
+    assert renewed.ca_cert != bundle.ca_cert and renewed.previous_ca_cert == bundle.ca_cert
+    assert api.secret is not None and "ca.key" not in (api.secret.data or {})
 
 
 def test_cli_flags() -> None:
@@ -336,3 +338,51 @@ async def test_controller_thread_failure_reaches_the_caller() -> None:
     with pytest.raises(RuntimeError, match="controller thread failed") as info:
         await run_controllers(ControllerConfig("ns", ALL_KINDS, {}), Metrics(), broken_client)
     assert "no kubeconfig" in str(info.value.__cause__)
+
+
+def test_the_cert_manager_install_never_loads_cryptography() -> None:
+    """cryptography costs about 8 MiB of RSS; only the self-managed certificate mode needs it."""
+    import subprocess
+    import sys
+
+    code = "import sys, intel_device_plugins.operator.cli; print('cryptography' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+def test_self_managed_mode_keeps_cryptography_out_of_the_operator_process() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, intel_device_plugins.operator.selfcerts; print('cryptography' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+async def test_a_known_good_secret_is_not_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from intel_device_plugins.operator import selfcerts
+
+    calls: list[str] = []
+    real = selfcerts.certificate_request
+
+    async def counting(request: dict[str, Any]) -> dict[str, Any]:
+        calls.append(request["op"])
+        return await real(request)
+
+    monkeypatch.setattr(selfcerts, "certificate_request", counting)
+    api = FakeCertApi(True)
+    certs = SelfManagedCerts(
+        cast(AsyncClient, api),
+        SelfManagedConfig("ns", "cert", service_dns_names("svc", "ns"), ("m",), tmp_path),
+    )
+    await certs.ensure()
+    first = list(calls)
+    assert "issue" in first
+    await certs.ensure()
+    await certs.ensure()
+    assert calls == first  # the stored Secret is known good until its renewal time
+    assert 1.0 <= certs.next_check_s(dt.datetime.now(dt.UTC)) <= 300.0
+    await certs.ensure(dt.datetime.now(dt.UTC) + dt.timedelta(days=300))  # due: checked, and renewed
+    assert calls[len(first) :] == ["check", "issue"]

@@ -35,3 +35,24 @@ def test_demo_on_a_custom_node(tmp_path: Path, capsys: pytest.CaptureFixture[str
     output = capsys.readouterr().out
     assert "gpu.intel.com/xe" in output and "gpu.intel.com/i915" not in output
     assert "Hot-plugged card2 (xe" in output
+
+
+def _table_rows(output: str) -> list[list[str]]:
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("RESOURCE"))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_demo_table_waits_for_every_first_device_list(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every resource in the table has its devices: none is printed between registration and first list."""
+    assert main(["--kubelet", "stand-in"]) == 0
+    rows = _table_rows(capsys.readouterr().out)
+    names = {row[0] for row in rows}
+    assert {"dsa.intel.com/wq-user-dedicated", "qat.intel.com/cy", "qat.intel.com/dc"} <= names
+    for row in rows:
+        assert int(row[1]) > 0, row

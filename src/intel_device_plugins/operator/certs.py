@@ -1,14 +1,18 @@
 """Self-managed webhook certificates: a private CA, a serving certificate, rotation and CA-bundle patches.
 
 Used when the operator runs without cert-manager. The certificates live in one Secret (keys ``ca.crt``,
-``ca.key``, ``tls.crt``, ``tls.key`` and, during a CA rollover, ``ca-previous.crt``); every replica serves
-from it and the leader renews it. All decisions here are pure functions of the Secret data and the clock.
+``tls.crt``, ``tls.key`` and, after a renewal, ``ca-previous.crt``); every replica serves from it and any
+replica renews it. All decisions here are pure functions of the Secret data and the clock.
+
+The CA's private key is never stored: each serving certificate gets a CA of its own, whose key signs that one
+certificate and is then dropped. Whoever can read the Secret can therefore impersonate the webhook server
+(its key is there, unavoidably), but cannot mint a certificate for any other name that the webhook
+configurations would trust. A renewal is a CA rollover: the previous CA stays in the published bundle until
+it expires, so replicas still serving the previous certificate stay trusted.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from ipaddress import ip_address
@@ -20,52 +24,34 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from intel_device_plugins.operator.certdata import (
+    LEGACY_CA_KEY,
+    CertBundle,
+    ca_bundle_patch,
+    service_dns_names,
+)
+
+__all__ = [
+    "LEGACY_CA_KEY",
+    "CertBundle",
+    "ca_bundle_patch",
+    "issue",
+    "new_ca",
+    "new_serving",
+    "next_check",
+    "renewal_reason",
+    "service_dns_names",
+]
+
 CA_VALIDITY: Final = dt.timedelta(days=3650)
+"""Validity of a CA made by ``new_ca`` for other uses (the test control plane's PKI)."""
 SERVING_VALIDITY: Final = dt.timedelta(days=365)
+#: The per-certificate CA of the webhook lives as long as the certificate it signed.
+WEBHOOK_CA_VALIDITY: Final = SERVING_VALIDITY
 #: Renew when less than this fraction of the lifetime is left.
 RENEW_FRACTION: Final = 1 / 3
 #: Backdating absorbs clock skew between the operator and the API server.
 BACKDATE: Final = dt.timedelta(minutes=5)
-
-
-@dataclasses.dataclass(frozen=True)
-class CertBundle:
-    """PEM-encoded CA and serving key pairs, plus the previous CA kept in the bundle during a rollover."""
-
-    ca_cert: bytes
-    ca_key: bytes
-    tls_cert: bytes
-    tls_key: bytes
-    previous_ca_cert: bytes = b""
-
-    def to_secret_data(self) -> dict[str, str]:
-        """Base64 ``data`` of the Secret."""
-        out = {
-            "ca.crt": self.ca_cert,
-            "ca.key": self.ca_key,
-            "tls.crt": self.tls_cert,
-            "tls.key": self.tls_key,
-        }
-        if self.previous_ca_cert:
-            out["ca-previous.crt"] = self.previous_ca_cert
-        return {k: base64.b64encode(v).decode() for k, v in out.items()}
-
-    @classmethod
-    def from_secret_data(cls, data: Mapping[str, str] | None) -> CertBundle | None:
-        """Bundle from a Secret's base64 ``data``; None when keys are missing or not base64."""
-        if not data:
-            return None
-        try:
-            raw = {k: base64.b64decode(v, validate=True) for k, v in data.items()}
-            return cls(
-                raw["ca.crt"], raw["ca.key"], raw["tls.crt"], raw["tls.key"], raw.get("ca-previous.crt", b"")
-            )
-        except (KeyError, ValueError):
-            return None
-
-    def ca_bundle(self) -> bytes:
-        """PEM CA bundle for the webhook configurations: current CA plus, during a rollover, the previous."""
-        return self.ca_cert + self.previous_ca_cert
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -78,7 +64,11 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def new_ca(now: dt.datetime, common_name: str = "intel-deviceplugin-operator-ca") -> tuple[bytes, bytes]:
+def new_ca(
+    now: dt.datetime,
+    common_name: str = "intel-deviceplugin-operator-ca",
+    validity: dt.timedelta = CA_VALIDITY,
+) -> tuple[bytes, bytes]:
     """Fresh self-signed CA (cert PEM, key PEM)."""
     key = _key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -89,7 +79,7 @@ def new_ca(now: dt.datetime, common_name: str = "intel-deviceplugin-operator-ca"
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + CA_VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -151,11 +141,6 @@ def new_serving(
     return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
-def service_dns_names(service: str, namespace: str) -> tuple[str, ...]:
-    """Names the API server may use to reach the webhook Service."""
-    return (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
-
-
 def _due(cert: x509.Certificate, now: dt.datetime) -> bool:
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     return now >= end - (end - start) * RENEW_FRACTION
@@ -169,9 +154,10 @@ def renewal_reason(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.
         ca = x509.load_pem_x509_certificate(bundle.ca_cert)
         tls = x509.load_pem_x509_certificate(bundle.tls_cert)
         serialization.load_pem_private_key(bundle.tls_key, password=None)
-        serialization.load_pem_private_key(bundle.ca_key, password=None)
     except ValueError:
         return "stored certificate or key does not parse"
+    if bundle.stored_ca_key:
+        return "the Secret holds a CA private key; re-issuing with a CA whose key is not kept"
     if _due(ca, now):
         return "CA certificate is due for renewal"
     if tls.issuer != ca.subject:
@@ -196,23 +182,16 @@ def renewal_reason(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.
 
 
 def issue(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.datetime) -> CertBundle:
-    """New bundle: keep a CA that is still good, else start a new CA and keep the old one in the bundle."""
-    reuse_ca = False
-    if bundle is not None:
-        try:
-            reuse_ca = not _due(x509.load_pem_x509_certificate(bundle.ca_cert), now)
-            serialization.load_pem_private_key(bundle.ca_key, password=None)
-        except ValueError:
-            reuse_ca = False
-    if bundle is not None and reuse_ca:
-        ca_cert, ca_key, previous = bundle.ca_cert, bundle.ca_key, bundle.previous_ca_cert
-        if previous and _expired(previous, now):
-            previous = b""
-    else:
-        ca_cert, ca_key = new_ca(now)
-        previous = bundle.ca_cert if bundle is not None and not _expired(bundle.ca_cert, now) else b""
+    """New bundle: a new CA signs a new serving certificate and its key is dropped; the old CA stays trusted.
+
+    The previous CA certificate is kept in the bundle until it expires, so a replica that still serves the
+    previous certificate keeps being trusted while it picks up the new one.
+    """
+    ca_cert, ca_key = new_ca(now, validity=WEBHOOK_CA_VALIDITY)
     tls_cert, tls_key = new_serving(ca_cert, ca_key, dns_names, now)
-    return CertBundle(ca_cert, ca_key, tls_cert, tls_key, previous)
+    del ca_key  # signs exactly one certificate; never stored
+    previous = bundle.ca_cert if bundle is not None and not _expired(bundle.ca_cert, now) else b""
+    return CertBundle(ca_cert, tls_cert, tls_key, previous)
 
 
 def _expired(pem: bytes, now: dt.datetime) -> bool:
@@ -230,19 +209,40 @@ def next_check(bundle: CertBundle, now: dt.datetime, ceiling: dt.timedelta = dt.
     return max(1.0, min((due - now).total_seconds(), ceiling.total_seconds()))
 
 
-def ca_bundle_patch(config: Mapping[str, Any], ca_bundle: bytes) -> list[dict[str, Any]]:
-    """JSON patch that sets ``caBundle`` on every webhook of a configuration; empty when already set."""
-    wanted = base64.b64encode(ca_bundle).decode()
-    ops: list[dict[str, Any]] = []
-    for i, hook in enumerate(config.get("webhooks") or ()):
-        cc = hook.get("clientConfig") or {}
-        if cc.get("caBundle") != wanted:
-            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": wanted})
-    if ops:
-        # Guard against a concurrent reorder of the list between our read and the patch.
-        names = [
-            {"op": "test", "path": f"/webhooks/{i}/name", "value": h.get("name")}
-            for i, h in enumerate(config.get("webhooks") or ())
-        ]
-        ops = names + ops
-    return ops
+def handle_request(request: Mapping[str, Any]) -> dict[str, Any]:
+    """One request of the child process: ``check`` a Secret's data or ``issue`` a new bundle.
+
+    Input: ``op``, ``data`` (the Secret's base64 data or null), ``dns`` (names), ``now`` (ISO 8601).
+    Output: ``reason`` ("" when good) or ``data`` (the new Secret data), and ``next_check_s``.
+    """
+    now = dt.datetime.fromisoformat(str(request["now"]))
+    dns = [str(n) for n in request["dns"]]
+    bundle = CertBundle.from_secret_data(request.get("data"))
+    if request["op"] == "check":
+        reason = renewal_reason(bundle, dns, now)
+        due = next_check(bundle, now, ceiling=dt.timedelta(days=3650)) if bundle and not reason else 0.0
+        return {"reason": reason, "next_check_s": due}
+    if request["op"] == "issue":
+        fresh = issue(bundle, dns, now)
+        return {
+            "data": fresh.to_secret_data(),
+            "next_check_s": next_check(fresh, now, ceiling=dt.timedelta(days=3650)),
+        }
+    raise ValueError(f"unknown op {request['op']!r}")
+
+
+def main() -> int:
+    """Child-process entry: one JSON request on stdin, one JSON answer on stdout."""
+    import json
+    import sys
+
+    try:
+        answer = handle_request(json.loads(sys.stdin.read()))
+    except (KeyError, TypeError, ValueError) as exc:
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

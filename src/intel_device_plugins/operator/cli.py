@@ -18,19 +18,17 @@ import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 from lightkube import AsyncClient
 
 from intel_device_plugins.operator import images
-from intel_device_plugins.operator.certs import service_dns_names
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
-from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
 from intel_device_plugins.operator.webhook_server import (
     ReviewHandler,
     RunningServer,
@@ -44,6 +42,9 @@ from intel_device_plugins.operator.webhook_server import (
 from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
 from intel_device_plugins.webhooks.store import MappingStore
 from intel_device_plugins.webhooks.watch import follow_all
+
+if TYPE_CHECKING:
+    from intel_device_plugins.operator.selfcerts import SelfManagedCerts
 
 DEFAULT_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
 log = logging.getLogger("intel_deviceplugin_operator")
@@ -89,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
         ("--leader-elect", "reconcile only while holding the Lease"),
         ("--metrics-secure", "serve metrics over HTTPS to authorised tokens only"),
         ("--enable-http2", "accepted for compatibility; HTTP/1.1 is used"),
+        (
+            "--combined-plugin-process",
+            "run every enabled device kind in one intel_device_plugins process per node, from one DaemonSet"
+            " (env DEVICEPLUGIN_COMBINED=true)",
+        ),
     ):
         p.add_argument(flag, nargs="?", const=True, default=False, type=go_bool, help=text)
     p.add_argument(
@@ -132,6 +138,10 @@ def add_webhook_flags(p: argparse.ArgumentParser) -> None:
 
 def self_managed_certs(client: AsyncClient, opts: argparse.Namespace, namespace: str) -> SelfManagedCerts:
     """The self-managed certificate keeper for the flags of ``add_webhook_flags``."""
+    # imported here: the default cert-manager install never needs the certificate code
+    from intel_device_plugins.operator.certdata import service_dns_names
+    from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+
     return SelfManagedCerts(
         client,
         SelfManagedConfig(
@@ -178,6 +188,17 @@ def image_env(env: Mapping[str, str], plugin_image: str = "") -> dict[str, str]:
     if chosen:
         out[images.PLUGIN_IMAGE_ENV] = chosen
     return out
+
+
+def combined_mode(flag: bool, env: Mapping[str, str]) -> bool:
+    """One plugin process per node: the flag, or env ``DEVICEPLUGIN_COMBINED`` (a Go boolean) when set."""
+    raw = env.get("DEVICEPLUGIN_COMBINED", "")
+    if not raw:
+        return flag
+    try:
+        return go_bool(raw)
+    except argparse.ArgumentTypeError:
+        raise UsageError(f"DEVICEPLUGIN_COMBINED: {raw!r} is not a boolean") from None
 
 
 def identity(env: Mapping[str, str]) -> str:
@@ -249,6 +270,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
             image_env(env, opts.deviceplugin_image),
             env.get("DEVICEPLUGIN_SECRET", ""),
             workers=opts.workers,
+            combined=combined_mode(opts.combined_plugin_process, env),
         )
         log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
         if not opts.leader_elect:
@@ -290,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         select_devices(opts.devices)
+        combined_mode(opts.combined_plugin_process, os.environ)
     except UsageError as exc:
         log.error("%s", exc)
         return 1

@@ -28,10 +28,11 @@ from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
 from intel_device_plugins.operator.apierrors import is_status, status_code
-from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from intel_device_plugins.operator.combined import COMBINED_NAME, Member, combined_daemonset, served_members
+from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE, Owner
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
 from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.model import Condition, PluginStatus
+from intel_device_plugins.operator.model import Condition, PluginStatus, SpecError, parse_spec
 from intel_device_plugins.operator.reconcile import (
     CONDITION_NODE_CONFLICT,
     CONDITION_SPEC_VALID,
@@ -42,9 +43,12 @@ from intel_device_plugins.operator.reconcile import (
     plan,
     status_patch,
 )
+from intel_device_plugins.operator.upgrade import effective_spec
 from intel_device_plugins.operator.workqueue import WorkQueue, backoff
 
 FIELD_MANAGER: Final = "intel-deviceplugin-operator"
+CONDITION_COMBINED: Final = "CombinedProcess"
+ALL_CRS: Final = "*"  # work-queue name that stands for every CR (combined mode reconciles them together)
 EVENT_NAMESPACE: Final = "default"  # events about cluster-scoped objects go here
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,8 @@ class ControllerConfig:
     pull_secret: str = ""
     workers: int = 2
     resync_s: float = 300.0
+    combined: bool = False
+    """Run every enabled kind in one ``intel_device_plugins`` process per node (one DaemonSet for all CRs)."""
 
 
 def cr_resources() -> dict[DeviceKind, type[GenericGlobalResource]]:
@@ -78,7 +84,7 @@ def owner_key(body: Mapping[str, Any], kinds: tuple[DeviceKind, ...]) -> Key | N
     return None
 
 
-POD_PAGE: Final = 250  # paging keeps the peak memory of listing a large cluster's plugin pods low
+POD_PAGE: Final = 100  # paging keeps the peak memory of listing a large cluster's plugin pods low
 
 
 def _pod_summary(pod: Pod) -> dict[str, Any]:
@@ -113,10 +119,16 @@ class Reconciler:
 
     def enqueue(self, kind: DeviceKind, name: str) -> None:
         if kind in self.cfg.kinds and name:
-            self.queue.add((kind, name))
+            self.queue.add((self.cfg.kinds[0], ALL_CRS) if self.cfg.combined else (kind, name))
+
+    def enqueue_all(self) -> None:
+        """Combined mode: the one DaemonSet changed, so every CR's status may have."""
+        if self.cfg.combined and self.cfg.kinds:
+            self.queue.add((self.cfg.kinds[0], ALL_CRS))
 
     async def run(self) -> None:
         """Run the workers and the periodic resync until cancelled."""
+        await self._remove_other_mode()
         tasks = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
         tasks.append(asyncio.create_task(self._resync()))
         try:
@@ -151,8 +163,24 @@ class Reconciler:
                 except Exception as exc:
                     log.warning("resync of %s failed: %s", kind.kind, exc)
 
+    async def _remove_other_mode(self) -> None:
+        """Delete the DaemonSets of the other arrangement, left over from before the setting changed."""
+        try:
+            async for ds in self.client.list(
+                DaemonSet, namespace=self.cfg.namespace, labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+            ):
+                name = ds.metadata.name if ds.metadata else ""
+                if name and (name == COMBINED_NAME) != self.cfg.combined:
+                    log.info("deleting DaemonSet %s of the other plugin arrangement", name)
+                    await self.client.delete(DaemonSet, name, namespace=self.cfg.namespace)
+        except Exception as exc:  # retried at the next start; the DaemonSets do no harm meanwhile
+            log.warning("could not remove DaemonSets of the other plugin arrangement: %s", exc)
+
     async def reconcile(self, kind: DeviceKind, name: str) -> None:
         """Bring the DaemonSet and status of CR ``name`` in line with its spec."""
+        if self.cfg.combined:
+            await self.reconcile_combined()
+            return
         self.metrics.reconciles += 1
         res = self.resources[kind]
         try:
@@ -213,6 +241,91 @@ class Reconciler:
                 for other in set(conflicts) | set(per_cr):
                     if other != name:
                         self.enqueue(kind, other)
+
+    async def reconcile_combined(self) -> None:
+        """Combined mode: one DaemonSet runs every enabled kind; each CR's status follows it."""
+        self.metrics.reconciles += 1
+        crs: list[tuple[DeviceKind, dict[str, Any]]] = []
+        for kind in self.cfg.kinds:
+            async for cr in self.client.list(self.resources[kind]):
+                body = dict(cr)
+                if not (body.get("metadata") or {}).get("deletionTimestamp"):
+                    crs.append((kind, body))
+        members: list[Member] = []
+        currents: dict[Key, Mapping[str, Any]] = {}
+        generations: dict[Key, int | None] = {}
+        for kind, body in crs:
+            meta = body.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            raw_status = body.get("status")
+            current: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
+            currents[(kind, name)], generations[(kind, name)] = current, meta.get("generation")
+            try:
+                spec = parse_spec(kind, body.get("spec"))
+            except SpecError as exc:
+                message = "; ".join(str(e) for e in exc.errors)
+                cond = Condition(
+                    CONDITION_SPEC_VALID, "False", "InvalidSpec", message, self._now(), meta.get("generation")
+                )
+                await self._write_status(kind, name, current, compute_status(None, (), (cond,)))
+                await self._event(kind, body, "InvalidSpec", message)
+                continue
+            effective, notes = effective_spec(spec, self.cfg.image_env)
+            for note in notes:
+                log.info("%s/%s: %s", kind.kind, name, note)
+            members.append(Member(effective, Owner(kind, name, str(meta.get("uid", "")))))
+        served, skipped = served_members(members)
+        if not served:
+            try:
+                await self.client.delete(DaemonSet, COMBINED_NAME, namespace=self.cfg.namespace)
+            except Exception as exc:
+                if is_status(exc, 403):
+                    log.warning(
+                        "no right to delete DaemonSet %s (deploy/operator/combined grants it)", COMBINED_NAME
+                    )
+                elif not is_status(exc, 404):
+                    raise
+            return
+        ds = await self.client.patch(
+            DaemonSet,
+            COMBINED_NAME,
+            combined_daemonset(served, self.cfg.namespace, self.cfg.pull_secret),
+            namespace=self.cfg.namespace,
+            patch_type=PatchType.APPLY,
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
+        self.metrics.daemonset_applies += 1
+        pods = [
+            _pod_summary(pod)
+            async for pod in self.client.list(
+                Pod, namespace=self.cfg.namespace, labels={"app": COMBINED_NAME}, chunk_size=POD_PAGE
+            )
+        ]
+        nodes = nodes_by_daemonset(pods).get(COMBINED_NAME, ())
+        ds_dict = ds.to_dict()
+        for member in served:
+            key = (member.owner.kind, member.owner.name)
+            previous = [c for c in currents[key].get("conditions") or () if isinstance(c, Mapping)]
+            cond = conflict_condition(key[0], {}, self._now(), previous, generations[key])
+            await self._write_status(key[0], key[1], currents[key], compute_status(ds_dict, nodes, (cond,)))
+        for member, instead in skipped:
+            key = (member.owner.kind, member.owner.name)
+            message = (
+                f"the combined plugin process serves one {key[0].kind} per cluster: "
+                f"{instead.owner.name} is served, this one is not"
+            )
+            cond = Condition(
+                CONDITION_COMBINED, "False", "KindServedByAnotherCR", message, self._now(), generations[key]
+            )
+            for old in currents[key].get("conditions") or ():
+                if (
+                    isinstance(old, Mapping)
+                    and old.get("type") == CONDITION_COMBINED
+                    and old.get("status") == "False"
+                ):
+                    cond = dataclasses.replace(cond, last_transition_time=str(old.get("lastTransitionTime")))
+            await self._write_status(key[0], key[1], currents[key], compute_status(None, (), (cond,)))
 
     async def _write_status(
         self, kind: DeviceKind, name: str, current: Mapping[str, Any], status: PluginStatus
@@ -280,6 +393,9 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
 
     @kopf.on.event("apps", "v1", "daemonsets", labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}, registry=registry)
     def on_daemonset(body: kopf.Body, **_: Any) -> None:
+        if (body.get("metadata") or {}).get("name") == COMBINED_NAME:
+            reconciler.enqueue_all()
+            return
         key = owner_key(body, kinds)
         if key is not None:
             reconciler.enqueue(*key)

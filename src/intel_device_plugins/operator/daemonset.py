@@ -2,9 +2,12 @@
 
 ``desired_daemonset`` returns the complete object the operator applies with server-side apply; because every
 field the operator cares about is in it, reapplying changes nothing and hand edits are undone.
-Deliberate differences from upstream: the container runs the plugin console script explicitly; the DSA
-``vfio-pci`` device mount uses ``/dev/vfio`` on both sides; an FPGA CR without ``initImage`` gets the default
-FPGA init image; the QAT PF ID list skips drivers without PF IDs instead of leaving empty words.
+Deliberate differences from upstream (tests/operator/data/upstream_sample_daemonsets.yaml lists them for
+upstream's samples): the container runs the plugin console script explicitly; memory requests and limits fit
+a Python process; the DSA ``vfio-pci`` device mount uses ``/dev/vfio`` on both sides; an FPGA CR without
+``initImage`` gets the default FPGA init image; the QAT PF ID list skips drivers without PF IDs instead of
+leaving empty words; GPU and NPU pods get no ServiceAccount token; the sysfs-writing init containers (DLB,
+DSA, IAA, QAT) are not privileged and mount only the sysfs subtrees they write.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ KUBELET_SOCKETS: Final = "/var/lib/kubelet/device-plugins"
 NFD_SOURCE_DIR: Final = "/etc/kubernetes/node-feature-discovery/source.d/"
 PLUGIN_SELINUX: Final = "container_device_plugin_t"
 INIT_SELINUX: Final = "container_device_plugin_init_t"
+PCI_DRIVERS: Final = "/sys/bus/pci/drivers"
 
 QAT_PF_IDS: Final[Mapping[str, tuple[str, ...]]] = {
     "dh895xccvf": ("0434", "0435"),
@@ -128,7 +132,7 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
         ),
         (PLUGIN_MEMORY_REQUEST, "80m"),
         (PLUGIN_MEMORY_LIMIT, "160m"),
-        None,
+        None,  # the token reads the node's fpga.intel.com/device-plugin-mode annotation
         termination_log=True,
     ),
     DeviceKind.GPU: KindTemplate(
@@ -140,7 +144,7 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
         ),
         (PLUGIN_MEMORY_REQUEST, "40m"),
         (PLUGIN_MEMORY_LIMIT, "100m"),
-        None,
+        False,  # the plugin never calls the API server (the resource manager that did is gone since v0.34)
         host_ip_env=True,
     ),
     DeviceKind.IAA: KindTemplate(
@@ -162,7 +166,7 @@ TEMPLATES: Final[Mapping[DeviceKind, KindTemplate]] = {
         ),
         (PLUGIN_MEMORY_REQUEST, "40m"),
         (PLUGIN_MEMORY_LIMIT, "100m"),
-        None,
+        False,  # the plugin never calls the API server
     ),
     DeviceKind.QAT: KindTemplate(
         (
@@ -253,10 +257,23 @@ def _node_name_env() -> JSON:
     return {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
 
-def _init_security(*, privileged: bool = False, selinux: bool = True, escalation: bool | None = None) -> JSON:
+def _init_security(
+    *, writes_sysfs: bool = False, selinux: bool = True, escalation: bool | None = None
+) -> JSON:
+    """Security context of an init container.
+
+    ``writes_sysfs``: the container configures devices through sysfs. It is not privileged (a privileged
+    container gets the whole of ``/sys`` read-write and every device); it writes only through the hostPath
+    mounts of the subtrees it changes, as root without capabilities (sysfs attributes are root-owned, so file
+    permissions suffice), and runs without an AppArmor profile because the runtime's default profile denies
+    every write below ``/sys``.
+    """
     sc: JSON = {"readOnlyRootFilesystem": True}
-    if privileged:
-        sc["privileged"] = True
+    if writes_sysfs:
+        sc["allowPrivilegeEscalation"] = False
+        sc["capabilities"] = {"drop": ["ALL"]}
+        sc["seccompProfile"] = {"type": "RuntimeDefault"}
+        sc["appArmorProfile"] = {"type": "Unconfined"}
     if escalation is not None:
         sc["allowPrivilegeEscalation"] = escalation
     if selinux:
@@ -285,7 +302,7 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
                 {
                     **base,
                     "name": "enable-vfs",
-                    "securityContext": _init_security(privileged=True, selinux=False),
+                    "securityContext": _init_security(writes_sysfs=True, selinux=False),
                     "volumeMounts": [
                         {"name": "sysfs-devices", "mountPath": "/sys/devices"},
                         {"name": "sysfs-driver-dlb2", "mountPath": "/sys/bus/pci/drivers/dlb2"},
@@ -293,7 +310,7 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
                 }
             ],
             [
-                HostMount("sysfs-devices", "/sys/devices", "").volume(),
+                HostMount("sysfs-devices", "/sys/devices", "", host_type="DirectoryOrCreate").volume(),
                 HostMount(
                     "sysfs-driver-dlb2", "/sys/bus/pci/drivers/dlb2", "", host_type="DirectoryOrCreate"
                 ).volume(),
@@ -307,7 +324,8 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
             env.append({"name": "DSA_DRIVER", "value": "vfio-pci" if spec.driver == "vfio-pci" else "idxd"})
         host = [HostMount("sys-bus-dsa", "/sys/bus/dsa", "/sys/bus/dsa")]
         if dsa:
-            host.append(HostMount("sys-bus-pci", "/sys/bus/pci", "/sys/bus/pci"))
+            # rebinding writes only bind/unbind below the PCI drivers; driver_override is under /sys/devices
+            host.append(HostMount("sys-bus-pci", "/sys/bus/pci/drivers", "/sys/bus/pci/drivers"))
         host.append(HostMount("sys-devices", "/sys/devices", "/sys/devices"))
         mounts = [h.mount() for h in host] + [{"name": "scratch", "mountPath": "/idxd-init/scratch"}]
         volumes = [h.volume() for h in host] + [{"name": "scratch", "emptyDir": {}}]
@@ -322,7 +340,7 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
                     **base,
                     "name": name,
                     "env": env,
-                    "securityContext": _init_security(privileged=True),
+                    "securityContext": _init_security(writes_sysfs=True),
                     "volumeMounts": mounts,
                 }
             ],
@@ -330,9 +348,14 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
         )
     if isinstance(spec, QatSpec):
         drivers = spec.kernel_vf_drivers or QAT_DEFAULT_VF_DRIVERS
-        sysfs = HostMount("sysfs", "/sys", "/sys", host_type="DirectoryOrCreate")
-        mounts = [sysfs.mount()]
-        volumes = [sysfs.volume()]
+        # The PF's qat/state, qat/cfg_services and sriov_numvfs and the VFs' driver_override live under
+        # /sys/devices; unbind and the vfio-pci bind under /sys/bus/pci/drivers. Nothing else is written.
+        sysfs = (
+            HostMount("sysfs", "/sys/devices", "/sys/devices", host_type="Directory"),
+            HostMount("sysfs-pci-drivers", PCI_DRIVERS, PCI_DRIVERS, host_type="Directory"),
+        )
+        mounts = [m.mount() for m in sysfs]
+        volumes = [m.volume() for m in sysfs]
         if spec.provisioning_config:
             mounts.append({"name": "intel-qat-config-volume", "mountPath": "/qat-init/conf"})
             volumes.append(_config_volume("intel-qat-config-volume", spec.provisioning_config, 0o440))
@@ -345,7 +368,7 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
                         {"name": "ENABLED_QAT_PF_PCIIDS", "value": qat_pf_ids(drivers)},
                         _node_name_env(),
                     ],
-                    "securityContext": _init_security(privileged=True),
+                    "securityContext": _init_security(writes_sysfs=True),
                     "volumeMounts": mounts,
                 }
             ],
@@ -442,6 +465,14 @@ class Owner:
         }
 
 
+def node_selector(spec: AnySpec) -> dict[str, str]:
+    """The CR's node selector, or the default; IAA always selects amd64 nodes too, as upstream's IAA does."""
+    selector = dict(spec.node_selector) if spec.node_selector else dict(DEFAULT_NODE_SELECTOR)
+    if isinstance(spec, IaaSpec):
+        selector.update(DEFAULT_NODE_SELECTOR)
+    return selector
+
+
 def desired_daemonset(spec: AnySpec, owner: Owner, namespace: str, pull_secret: str = "") -> JSON:
     """Complete DaemonSet for ``spec`` (already carrying its effective images) owned by ``owner``."""
     kind = spec.KIND
@@ -449,7 +480,7 @@ def desired_daemonset(spec: AnySpec, owner: Owner, namespace: str, pull_secret: 
     app = {"app": kind.daemonset_base}
     init_containers, init_volumes = init_parts(spec)
     pod: JSON = {
-        "nodeSelector": dict(spec.node_selector) if spec.node_selector else dict(DEFAULT_NODE_SELECTOR),
+        "nodeSelector": node_selector(spec),
         "containers": [plugin_container(spec)],
         "volumes": [m.volume() for m in _main_mounts(spec, tmpl)] + init_volumes,
     }

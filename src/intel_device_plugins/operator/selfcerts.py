@@ -1,7 +1,12 @@
 """No-cert-manager mode: keep the serving certificate in a Secret, on disk and in the webhook configs.
 
 Any replica may renew: the Secret is replaced with its resourceVersion, so of two racing replicas one wins and
-the other re-reads. The CA bundle patch is idempotent, so every replica applies it.
+the other re-reads. The CA bundle patch is idempotent, so every replica applies it. The Secret never holds a
+CA private key (see ``certs``); one left there by an earlier version is removed by an immediate re-issue.
+
+Parsing, checking and issuing certificates need cryptography, which costs the process about 8 MiB of RSS for
+good; they run in a short-lived child process (``python -m intel_device_plugins.operator.certs``) instead, and
+only when the Secret has changed or its renewal time has come.
 """
 
 from __future__ import annotations
@@ -9,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import json
 import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +31,36 @@ from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
 from intel_device_plugins.operator.apierrors import is_status
-from intel_device_plugins.operator.certs import CertBundle, ca_bundle_patch, issue, next_check, renewal_reason
+from intel_device_plugins.operator.certdata import CertBundle, ca_bundle_patch
 from intel_device_plugins.operator.webhook_server import CERT_FILE, KEY_FILE
 
 log = logging.getLogger(__name__)
+CHILD_TIMEOUT_S = 60.0
+
+
+async def certificate_request(request: dict[str, Any]) -> dict[str, Any]:
+    """Run one ``certs.handle_request`` in a child process (which alone imports cryptography)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "intel_device_plugins.operator.certs",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), CHILD_TIMEOUT_S)
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"certificate helper exited with {proc.returncode}: {err.decode()[-500:]}")
+    answer: dict[str, Any] = json.loads(out)
+    if "error" in answer:
+        raise RuntimeError(f"certificate helper: {answer['error']}")
+    return answer
 
 
 def write_pair(cert_dir: Path, bundle: CertBundle) -> None:
@@ -55,6 +88,8 @@ class SelfManagedCerts:
     def __init__(self, client: AsyncClient, config: SelfManagedConfig) -> None:
         self.client = client
         self.cfg = config
+        # (resourceVersion, renewal due) of the Secret last found good, so a check needs no child process
+        self._good: tuple[str, dt.datetime] | None = None
 
     async def _read(self) -> tuple[Secret | None, CertBundle | None]:
         try:
@@ -65,38 +100,77 @@ class SelfManagedCerts:
             raise
         return secret, CertBundle.from_secret_data(secret.data)
 
+    def _known_good(self, secret: Secret, now: dt.datetime) -> bool:
+        version = secret.metadata.resourceVersion if secret.metadata else None
+        return self._good is not None and version == self._good[0] and now < self._good[1]
+
+    async def _renewal_reason(self, secret: Secret | None, now: dt.datetime) -> str:
+        if secret is None:
+            return "no certificate yet"
+        if self._known_good(secret, now):
+            return ""
+        answer = await certificate_request(
+            {"op": "check", "data": secret.data, "dns": list(self.cfg.dns_names), "now": now.isoformat()}
+        )
+        reason = str(answer["reason"])
+        if not reason and secret.metadata and secret.metadata.resourceVersion:
+            due = now + dt.timedelta(seconds=float(answer["next_check_s"]))
+            self._good = (secret.metadata.resourceVersion, due)
+        return reason
+
+    def next_check_s(self, now: dt.datetime, ceiling_s: float = 300.0) -> float:
+        """Seconds until the stored certificate should be looked at again."""
+        if self._good is None:
+            return 1.0
+        return max(1.0, min((self._good[1] - now).total_seconds(), ceiling_s))
+
     async def ensure(self, now: dt.datetime | None = None) -> CertBundle:
         """Make sure a good bundle is stored, on disk and injected; returns it."""
         now = now or dt.datetime.now(dt.UTC)
         for _ in range(5):
             secret, bundle = await self._read()
-            reason = renewal_reason(bundle, self.cfg.dns_names, now)
+            reason = await self._renewal_reason(secret, now)
             if not reason and bundle is not None:
                 break
             log.info("issuing webhook certificate: %s", reason)
-            fresh = issue(bundle, self.cfg.dns_names, now)
+            answer = await certificate_request(
+                {
+                    "op": "issue",
+                    "data": secret.data if secret is not None else None,
+                    "dns": list(self.cfg.dns_names),
+                    "now": now.isoformat(),
+                }
+            )
+            data: dict[str, str] = answer["data"]
+            fresh = CertBundle.from_secret_data(data)
+            assert fresh is not None
             try:
                 if secret is None:
-                    await self.client.create(
+                    stored = await self.client.create(
                         Secret(
                             metadata=ObjectMeta(name=self.cfg.secret, namespace=self.cfg.namespace),
                             type="Opaque",
-                            data=fresh.to_secret_data(),
+                            data=data,
                         )
                     )
                 else:
-                    secret.data = fresh.to_secret_data()
-                    await self.client.replace(secret)
+                    secret.data = data
+                    stored = await self.client.replace(secret)
             except Exception as exc:
                 if is_status(exc, 409):  # another replica renewed first: use theirs
                     continue
                 raise
+            version = stored.metadata.resourceVersion if stored is not None and stored.metadata else None
+            if version:
+                self._good = (version, now + dt.timedelta(seconds=float(answer["next_check_s"])))
             bundle = fresh
             break
         else:
             raise RuntimeError("could not store the webhook certificate after 5 attempts")
-        write_pair(self.cfg.cert_dir, bundle)
+        # Publish the CA bundle (new and previous CA) before serving the new certificate, so the API server
+        # trusts whichever of the two it is offered.
         await self.inject(bundle)
+        write_pair(self.cfg.cert_dir, bundle)
         return bundle
 
     async def inject(self, bundle: CertBundle) -> None:
@@ -125,10 +199,10 @@ class SelfManagedCerts:
         delay = 1.0
         while True:
             try:
-                bundle = await self.ensure()
+                await self.ensure()
                 # Look again within minutes even when nothing is due: a re-applied webhook
                 # configuration may have lost its CA bundle.
-                delay = next_check(bundle, dt.datetime.now(dt.UTC), ceiling=dt.timedelta(minutes=5))
+                delay = self.next_check_s(dt.datetime.now(dt.UTC))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

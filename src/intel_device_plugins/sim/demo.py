@@ -11,7 +11,7 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,8 @@ from intel_device_plugins.sim.kubelets import (
 from intel_device_plugins.sim.node import NodeSpec, build_node, load_node_spec, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
 from intel_device_plugins.sim.profiles import profile_text
+
+SETTLE_S = 0.3  # how long the set of registered resources must stay the same before the table is printed
 
 
 def _say(text: str = "") -> None:
@@ -88,14 +90,43 @@ OTHER_KINDS = {
 }
 
 
-def _all_advertised(kubelet: DemoKubelet, resources: Sequence[str]) -> bool:
-    advertised = kubelet.resources()
-    return all(advertised.get(resource) for resource in resources)
+def first_lists_complete(
+    registered: Collection[str], listed: Collection[str], resources: Sequence[str], namespaces: Sequence[str]
+) -> bool:
+    """True once every registered resource has answered its first ListAndWatch, every expected resource is
+    among them, and every expected resource namespace has at least one.
+
+    Registration alone is not enough: a resource registers before its plugin has sent the device list, and
+    a table printed then shows it with no devices.
+    """
+    answered = set(listed)
+    if not set(registered) <= answered:
+        return False
+    return set(resources) <= answered and set(namespaces) <= {name.split("/")[0] for name in answered}
 
 
-def _namespaces_advertised(kubelet: DemoKubelet, namespaces: Sequence[str]) -> bool:
-    present = {name.split("/")[0] for name, devices in kubelet.resources().items() if devices}
-    return set(namespaces) <= present
+async def _wait_for_first_lists(
+    kubelet: DemoKubelet, resources: Sequence[str], namespaces: Sequence[str], timeout: float
+) -> None:
+    """Wait for ``first_lists_complete`` to hold and the set of registered resources to stay the same briefly.
+
+    A plugin process registers its resources one after the other, so a late one may still be on its way when
+    the others have answered.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        await kubelet.wait_for(
+            lambda: first_lists_complete(kubelet.resources(), kubelet.listed(), resources, namespaces),
+            timeout=max(0.1, deadline - time.monotonic()),
+        )
+        seen = set(kubelet.resources())
+        await asyncio.sleep(SETTLE_S)
+        if set(kubelet.resources()) == seen and first_lists_complete(
+            seen, kubelet.listed(), resources, namespaces
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError
 
 
 def _counts(kubelet: DemoKubelet, resource: str) -> tuple[int, int]:
@@ -223,12 +254,7 @@ async def run_demo(workdir: Path, node_file: Path | None, kubelet_choice: str = 
         }
         _say("Started: " + ", ".join(processes))
         try:
-            await kubelet.wait_for(
-                lambda: (
-                    _all_advertised(kubelet, gpu_resources) and _namespaces_advertised(kubelet, namespaces)
-                ),
-                timeout=20,
-            )
+            await _wait_for_first_lists(kubelet, gpu_resources, namespaces, timeout=20)
         except TimeoutError:
             for name, process in processes.items():
                 _say(f"--- {name} log:\n{process.log_text()}")

@@ -44,6 +44,8 @@ class _Endpoint:
     stub: pb_grpc.DevicePluginAsyncStub
     devices: dict[str, AdvertisedDevice] = field(default_factory=dict)
     connected: bool = True
+    answered: bool = False
+    """Whether the first ListAndWatch answer has arrived (an empty device list is an answer too)."""
     watcher: asyncio.Task[None] | None = None
 
 
@@ -138,6 +140,7 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
                         d.ID: AdvertisedDevice(d.ID, d.health, tuple(n.ID for n in d.topology.nodes))
                         for d in message.devices
                     }
+                    endpoint.answered = True
                     self.updates += 1
                     self._changed.notify_all()
         except grpc.aio.AioRpcError as error:
@@ -174,6 +177,10 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
     def resources(self) -> dict[str, dict[str, AdvertisedDevice]]:
         """Resource name → device ID → advertised device, for every registered resource."""
         return {name: dict(endpoint.devices) for name, endpoint in self._endpoints.items()}
+
+    def listed(self) -> set[str]:
+        """Registered resources whose plugin has sent its first ListAndWatch answer."""
+        return {name for name, endpoint in self._endpoints.items() if endpoint.answered}
 
     def allocatable(self, resource_name: str) -> int:
         endpoint = self._endpoints.get(resource_name)

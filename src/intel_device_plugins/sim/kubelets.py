@@ -39,6 +39,10 @@ class DemoKubelet(Protocol):
 
     def resources(self) -> dict[str, dict[str, AdvertisedDevice]]: ...
 
+    def listed(self) -> set[str]:
+        """Registered resources whose first ListAndWatch answer has arrived."""
+        ...
+
     def allocatable(self, resource: str) -> int: ...
 
     async def wait_for(self, condition: Callable[[], bool], timeout: float = 5.0) -> None: ...
@@ -74,6 +78,9 @@ class StandInKubelet:
 
     def resources(self) -> dict[str, dict[str, AdvertisedDevice]]:
         return self._stand_in.resources()
+
+    def listed(self) -> set[str]:
+        return self._stand_in.listed()
 
     def allocatable(self, resource: str) -> int:
         return self._stand_in.allocatable(resource)
@@ -118,6 +125,11 @@ class DeviceManagerKubelet:
             name: {d.id: AdvertisedDevice(d.id, d.health, d.numa) for d in resource.devices}
             for name, resource in self._harness.resources().items()
         }
+
+    def listed(self) -> set[str]:
+        # The device manager shows a registered resource before its first answer, with no devices; an
+        # answer with no devices cannot be told apart from that.
+        return {name for name, resource in self._harness.resources().items() if resource.devices}
 
     def allocatable(self, resource: str) -> int:
         found = self._harness.resources().get(resource)

@@ -1,0 +1,207 @@
+"""Pure builder of the one-process-per-node DaemonSet (``--combined-plugin-process``).
+
+Instead of one DaemonSet per CR, every enabled kind runs in one ``intel_device_plugins`` process per node,
+each kind with the flags its CR asks for. The pod is the union of the per-kind pods: each kind's volumes
+(renamed ``<kind>-<name>`` so equal names of different kinds never clash), one mount per container path,
+every kind's init containers, and node affinity that selects a node when any CR's node selector matches it.
+Every kind therefore runs on every selected node; a kind without devices there advertises nothing.
+
+Only one CR per kind can be served by one process: when several CRs of a kind exist, the one whose name sorts
+first is served and the others are reported as not served.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from intel_device_plugins.operator.daemonset import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    PLUGIN_SELINUX,
+    TEMPLATES,
+    Owner,
+    desired_daemonset,
+    node_selector,
+    plugin_args,
+)
+from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.operator.model import AnySpec
+
+JSON = dict[str, Any]
+
+COMBINED_NAME: Final = "intel-device-plugins"
+COMBINED_COMMAND: Final = "intel_device_plugins"
+COMBINED_MEMORY_REQUEST: Final = "64Mi"
+COMBINED_MEMORY_LIMIT: Final = "128Mi"
+"""One process serving seven kinds measured 38.9 MiB RSS on the simulated node (docs/performance.md); the
+limit leaves more than the single-kind plugin's twice-the-peak headroom, for larger nodes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One CR served by the combined process: its (effective) spec and its identity."""
+
+    spec: AnySpec
+    owner: Owner
+
+
+def served_members(candidates: Sequence[Member]) -> tuple[list[Member], list[tuple[Member, Member]]]:
+    """Members served, one per kind (first CR name in sort order); each other CR with the one served."""
+    served: dict[DeviceKind, Member] = {}
+    for member in sorted(candidates, key=lambda m: (list(DeviceKind).index(m.owner.kind), m.owner.name)):
+        served.setdefault(member.owner.kind, member)
+    skipped = [(m, served[m.owner.kind]) for m in candidates if served[m.owner.kind] is not m]
+    return list(served.values()), skipped
+
+
+def _millis(cpu: str) -> int:
+    return int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
+
+
+def _rename(pod: JSON, prefix: str) -> JSON:
+    """Prefix every volume name of a pod spec, in its volumes and in every container's mounts."""
+    names = {v["name"] for v in pod.get("volumes") or ()}
+    fixed = {n: f"{prefix}-{n}" for n in names}
+    out = dict(pod)
+    out["volumes"] = [{**v, "name": fixed[v["name"]]} for v in pod.get("volumes") or ()]
+    for key in ("containers", "initContainers"):
+        if key in pod:
+            out[key] = [
+                {
+                    **c,
+                    "volumeMounts": [
+                        {**m, "name": fixed.get(m["name"], m["name"])} for m in c.get("volumeMounts") or ()
+                    ],
+                }
+                for c in pod[key]
+            ]
+    return out
+
+
+def _affinity(selectors: Sequence[Mapping[str, str]]) -> JSON:
+    """Required node affinity matching a node when any selector matches it (terms are ORed)."""
+    terms = []
+    for selector in selectors:
+        term = {
+            "matchExpressions": [
+                {"key": key, "operator": "In", "values": [value]} for key, value in sorted(selector.items())
+            ]
+        }
+        if term not in terms:
+            terms.append(term)
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def combined_args(specs: Sequence[AnySpec]) -> list[str]:
+    """``intel_device_plugins`` arguments: the common ``-v`` once, then ``--plugin '<kind> <flags>'`` each."""
+    level = max((s.log_level for s in specs), default=0)
+    args = ["-v", str(level)]
+    for spec in specs:
+        own = plugin_args(spec)[2:]  # without the common "-v L"
+        args += ["--plugin", shlex.join([spec.KIND.value, *own])]
+    return args
+
+
+def combined_daemonset(members: Sequence[Member], namespace: str, pull_secret: str = "") -> JSON:
+    """The one DaemonSet that runs every member's kind in one process per node."""
+    if not members:
+        raise ValueError("the combined DaemonSet needs at least one device kind")
+    pods = [
+        _rename(
+            desired_daemonset(m.spec, m.owner, namespace, pull_secret)["spec"]["template"]["spec"],
+            m.spec.KIND.value,
+        )
+        for m in members
+    ]
+    mounts: dict[str, JSON] = {}
+    volumes: dict[str, JSON] = {}
+    init_containers: list[JSON] = []
+    env: dict[str, JSON] = {}
+    cpu_request = cpu_limit = 0
+    tolerations: list[JSON] = []
+    for pod in pods:
+        (single,) = pod["containers"]
+        by_name = {v["name"]: v for v in pod["volumes"]}
+        for mount in single["volumeMounts"]:
+            path = mount["mountPath"]
+            if path in mounts:
+                # one mount per path: writable if any kind needs it writable
+                if not mount.get("readOnly"):
+                    mounts[path].pop("readOnly", None)
+                continue
+            mounts[path] = dict(mount)
+            volumes[mount["name"]] = by_name[mount["name"]]
+        for init in pod.get("initContainers") or ():
+            init_containers.append(init)
+            for mount in init["volumeMounts"]:
+                volumes.setdefault(mount["name"], by_name[mount["name"]])
+        for var in single.get("env") or ():
+            env.setdefault(var["name"], var)
+        cpu_request += _millis(single["resources"]["requests"]["cpu"])
+        cpu_limit += _millis(single["resources"]["limits"]["cpu"])
+        for toleration in pod.get("tolerations") or ():
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    kinds = [m.spec.KIND for m in members]
+    sc: JSON = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if any(TEMPLATES[k].selinux for k in kinds):
+        sc["seLinuxOptions"] = {"type": PLUGIN_SELINUX}
+    container: JSON = {
+        "name": COMBINED_NAME,
+        "image": pods[0]["containers"][0]["image"],
+        "imagePullPolicy": "IfNotPresent",
+        "command": [COMBINED_COMMAND],
+        "args": combined_args([m.spec for m in members]),
+        "securityContext": sc,
+        "resources": {
+            "requests": {"memory": COMBINED_MEMORY_REQUEST, "cpu": f"{cpu_request}m"},
+            "limits": {"memory": COMBINED_MEMORY_LIMIT, "cpu": f"{cpu_limit}m"},
+        },
+        "volumeMounts": list(mounts.values()),
+    }
+    if env:
+        container["env"] = list(env.values())
+    if any(TEMPLATES[k].termination_log for k in kinds):
+        container["terminationMessagePath"] = "/tmp/termination-log"
+    app = {"app": COMBINED_NAME}
+    pod_spec: JSON = {
+        "affinity": _affinity([node_selector(m.spec) for m in members]),
+        "containers": [container],
+        "volumes": list(volumes.values()),
+    }
+    automount = [TEMPLATES[k].automount_token for k in kinds]
+    if all(a is False for a in automount):
+        pod_spec["automountServiceAccountToken"] = False
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if pull_secret:
+        pod_spec["imagePullSecrets"] = [{"name": pull_secret}]
+    owners = [{**m.owner.reference(), "controller": False, "blockOwnerDeletion": False} for m in members]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": COMBINED_NAME,
+            "namespace": namespace,
+            "labels": {**app, MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            "ownerReferences": owners,
+        },
+        "spec": {
+            "selector": {"matchLabels": dict(app)},
+            "updateStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "template": {"metadata": {"labels": dict(app)}, "spec": pod_spec},
+        },
+    }
