@@ -98,6 +98,10 @@ CHOICES = {
     "self-signed": (("certificates=self-signed",), DEPLOY / "self-signed"),
     "high-availability": (("highAvailability=true",), DEPLOY / "overlays" / "ha"),
     "gpu-only": (("devices={gpu}",), DEPLOY / "device" / "gpu"),
+    "combined": (
+        ("certificates=self-signed", "combinedPluginProcess=true"),
+        DEPLOY / "overlays" / "combined",
+    ),
 }
 
 
@@ -123,6 +127,7 @@ def test_charts_lint(helm: Path) -> None:
     for chart in (OPERATOR_CHART, CRS_CHART):
         _run([helm, "lint", "--strict", chart])
     _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", "certificates=self-signed"])
+    _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", "combinedPluginProcess=true"])
 
 
 def test_crs_chart_with_every_kind_renders_the_samples(helm: Path, kubectl: Path) -> None:
