@@ -25,11 +25,6 @@ NODE_IMAGE_ENV: Final = "RMD_NODE_IMAGE"
 RMD_IMAGE: Final = "rmd:v0.3"
 
 
-def operator_image() -> str:
-    """Image of the RMD operator Deployment: this project's operator image."""
-    return images.operator_image()
-
-
 def default_node_image() -> str:
     """Image of the node agent and the device plugin unless the operator is told otherwise."""
     return images.node_image()
