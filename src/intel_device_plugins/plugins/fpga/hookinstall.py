@@ -71,6 +71,9 @@ class BundleFile:
 
     source: Path
     dest: PurePosixPath
+    #: For a shared object's other names (``libz.so.1`` for ``libz.so.1.2.13``): a symbolic link to this
+    #: file name in the same directory instead of a copy of ``source``.
+    link_to: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,9 +140,25 @@ def plan_bundle(python: Path, probed: dict[str, list[str]]) -> list[BundleFile]:
             continue
         files[LIB_DIR / source.name] = source
     planned = [BundleFile(src, dest) for dest, src in sorted(files.items())]
+    planned += [
+        BundleFile(item.source, LIB_DIR / alias, item.dest.name)
+        for item in planned
+        if item.dest.parent == LIB_DIR
+        for alias in library_aliases(item.source)
+    ]
     for item in planned:
         check_relative(item.dest)
     return planned
+
+
+def library_aliases(library: Path) -> list[str]:
+    """Other names of ``library`` in its directory (``libz.so.1``): programs ask the loader for these."""
+    stem = library.name.split(".so", 1)[0] + ".so"
+    aliases = []
+    for entry in sorted(library.parent.glob(f"{stem}*")):
+        if entry.name != library.name and entry.is_symlink() and entry.resolve() == library.resolve():
+            aliases.append(entry.name)
+    return aliases
 
 
 def check_relative(dest: PurePosixPath) -> None:
@@ -158,8 +177,8 @@ def loader_name(plan: Sequence[BundleFile]) -> PurePosixPath:
 def digest(plan: Sequence[BundleFile]) -> str:
     h = hashlib.sha256()
     for item in plan:
-        h.update(str(item.dest).encode() + b"\0")
-        h.update(item.source.read_bytes())
+        h.update(f"{item.dest}\0{item.link_to}\0".encode())
+        h.update(b"" if item.link_to else item.source.read_bytes())
         h.update(b"\0")
     return h.hexdigest()[:16]
 
@@ -187,6 +206,10 @@ def _write_bundle(plan: Sequence[BundleFile], dest_dir: Path) -> None:
         if not out.resolve().is_relative_to(dest_dir.resolve()):
             raise InstallError(f"{out}: path leaves the bundle directory")
         out.parent.mkdir(parents=True, exist_ok=True)
+        if item.link_to:
+            check_relative(PurePosixPath(item.link_to))
+            out.symlink_to(item.link_to)  # a name in the same directory: never leads outside
+            continue
         shutil.copyfile(item.source, out)
         os.chmod(out, 0o755 if item.dest == PYTHON_PATH or item.dest.parent == LIB_DIR else 0o644)
     # Byte code compiled once, checked by hash only: the launcher runs with -B and never writes.
@@ -244,7 +267,7 @@ def install(
         if stale.name.startswith((BUNDLE_PREFIX, ".crihook-")) and stale != bundle and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
             changed = True
-    size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+    size = sum(p.lstat().st_size for p in bundle.rglob("*") if p.is_file() and not p.is_symlink())
     return InstallResult(launcher, bundle, changed, size)
 
 
