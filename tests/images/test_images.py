@@ -81,7 +81,7 @@ def test_every_entrypoint_runs_inside_the_image(checks: dict[str, dict[str, Any]
     assert result["scripts"] == list(build.console_scripts())
     # What the manifests and DaemonSets run.
     wanted = {"intel_device_plugins", "gpu_nfdhook", "sgx_epchook", "intel_deviceplugin_operator"}
-    wanted |= {"intel_fpga_crihook", "fpga_tool"}
+    wanted |= {"intel_fpga_crihook", "fpga_tool", "intel_fpga_hook_install"}
     wanted |= {images.plugin_command(k) for k in DeviceKind}
     assert set(result["scripts"]) >= wanted
 
@@ -146,3 +146,10 @@ def test_archives_are_oci_layouts_with_the_image_name(built: dict[str, Any]) -> 
             assert manifest["annotations"]["org.opencontainers.image.ref.name"].endswith(
                 images.PROJECT_VERSION
             ), target
+
+
+def test_node_image_installs_a_small_self_contained_fpga_hook(checks: dict[str, dict[str, Any]]) -> None:
+    # The installer ran in the image and the installed launcher answered --help with an empty environment.
+    size = checks["node"]["fpga_hook_bundle_bytes"]
+    assert size is not None, checks["node"]["output"]
+    assert 1_000_000 < size < 40_000_000

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from intel_device_plugins.operator import images
 from intel_device_plugins.operator.daemonset import Owner, desired_daemonset, plugin_args, qat_pf_ids
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.operator.model import parse_spec
@@ -240,10 +241,15 @@ def init_of(ds: dict[str, Any]) -> dict[str, Any]:
 
 def test_fpga_always_has_init_container() -> None:
     c = init_of(build(DeviceKind.FPGA, {}))
-    assert c["name"] == "intel-fpga-initcontainer" and c["image"] == "intel/intel-fpga-initcontainer:0.36.0"
+    assert c["name"] == "intel-fpga-initcontainer" and c["image"] == images.node_image()
+    assert c["command"] == ["intel_fpga_hook_install"]
     assert c["securityContext"] == {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    assert c["volumeMounts"] == [{"name": "intel-fpga-sw", "mountPath": "/opt/intel/fpga-sw"}]
     c2 = init_of(build(DeviceKind.FPGA, {"initImage": "mirror/intel-fpga-initcontainer:0.37.0"}))
-    assert c2["image"] == "mirror/intel-fpga-initcontainer:0.37.0"
+    assert c2["image"] == "mirror/intel-fpga-initcontainer:0.37.0" and "command" not in c2
+    mirrored = "reg.example/ours/intel-device-plugins-node:9.9.9"
+    c3 = init_of(build(DeviceKind.FPGA, {"image": mirrored}))
+    assert c3["image"] == mirrored and c3["command"] == ["intel_fpga_hook_install"]
 
 
 def test_dlb_init() -> None:

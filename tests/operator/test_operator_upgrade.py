@@ -164,7 +164,7 @@ def test_no_default_names_upstreams_images() -> None:
     for kind in DeviceKind:
         assert not images.default_plugin_image(kind).startswith(f"{images.UPSTREAM_VENDOR}/")
         init = images.default_init_image(kind)
-        assert init is None or (kind is DeviceKind.FPGA and init == images.FPGA_INIT_IMAGE)
+        assert init is None or (kind is DeviceKind.FPGA and init == images.node_image())
     assert images.operator_image().startswith(images.DEFAULT_IMAGE_PREFIX + "/")
     assert images.image("x", "reg.example:5000/team/", "1.0.0") == "reg.example:5000/team/x:1.0.0"
     assert images.image("x", "", "1.0.0") == "x:1.0.0"

@@ -36,6 +36,7 @@ ACCEPT: list[tuple[DeviceKind, dict[str, Any]]] = [
         {"image": img("fpga"), "initImage": f"intel/intel-fpga-initcontainer:{V}", "mode": "region"},
     ),
     (DeviceKind.FPGA, {"image": img("fpga")}),
+    (DeviceKind.FPGA, {"image": node_image(), "initImage": node_image(), "mode": "region"}),
     (DeviceKind.GPU, {"image": img("gpu"), "sharedDevNum": 2, "preferredAllocationPolicy": "packed"}),
     (DeviceKind.GPU, {"image": img("gpu"), "preferredAllocationPolicy": "none"}),
     (DeviceKind.GPU, {"image": img("gpu"), "allowIDs": "0x56a0,0x56a1"}),

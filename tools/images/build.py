@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -343,6 +344,14 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         'if command -v "$t" >/dev/null; then echo "FORBIDDEN $t"; fi; done; '
         "python3 -c 'import k8stest' 2>/dev/null && echo 'FORBIDDEN k8stest' || true"
     )
+    if built.target == "node":
+        # The FPGA init container's job: install the self-contained CRI hook, which then runs with an
+        # empty environment (as the runtime runs it on the host) and prints its help.
+        script += (
+            "; d=$(mktemp -d) && intel_fpga_hook_install --target $d/fpga-sw >/dev/null"
+            " && env -i $d/fpga-sw/intel-fpga-crihook --help >/dev/null"
+            " && echo HOOKBUNDLE $(du -sb $d/fpga-sw/crihook.* | cut -f1) || echo FAILED fpga-hook-bundle"
+        )
     ctr = run(["buildah", "from", "--pull=never", "--quiet", built.ref]).stdout.strip()
     started = time.monotonic()
     try:
@@ -373,6 +382,9 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         "layers": layers,
         "compressed_bytes": sum(size for _, size in layers),
         "uncompressed_bytes": archive_uncompressed_bytes(built.archive),
+        "fpga_hook_bundle_bytes": next(
+            (int(n) for w, n in itertools.pairwise(lines) if w == "HOOKBUNDLE" and n.isdigit()), None
+        ),
         "check_seconds": round(time.monotonic() - started, 2),
     }
 

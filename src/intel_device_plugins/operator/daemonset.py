@@ -292,7 +292,7 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
     """Init containers and the extra volumes they need; empty when the kind has none for this spec."""
     init_image = getattr(spec, "init_image", "")
     if isinstance(spec, FpgaSpec):
-        init_image = init_image or images.default_init_image(spec.KIND) or ""
+        init_image = init_image or images.default_init_image(spec.KIND, spec.image) or ""
     if not init_image:
         return [], []
     base: JSON = {"image": init_image, "imagePullPolicy": "IfNotPresent"}
@@ -386,17 +386,15 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
         sw = HostMount(
             "intel-fpga-sw", "/opt/intel/fpga-sw", "/opt/intel/fpga-sw", host_type="DirectoryOrCreate"
         )
-        return (
-            [
-                {
-                    **base,
-                    "name": "intel-fpga-initcontainer",
-                    "securityContext": _init_security(selinux=False, escalation=False),
-                    "volumeMounts": [sw.mount()],
-                }
-            ],
-            [sw.volume()],
-        )
+        fpga_init: JSON = {
+            **base,
+            "name": "intel-fpga-initcontainer",
+            "securityContext": _init_security(selinux=False, escalation=False),
+            "volumeMounts": [sw.mount()],
+        }
+        if images.is_node_image(init_image):  # upstream's init image brings its own entrypoint
+            fpga_init["command"] = list(images.FPGA_HOOK_INSTALL_COMMAND)
+        return [fpga_init], [sw.volume()]
     return [], []
 
 

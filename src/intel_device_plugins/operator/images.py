@@ -53,7 +53,8 @@ PLUGIN_IMAGE_ENV: Final = "DEVICEPLUGIN_IMAGE"
 
 #: Init image names the validator expects. DLB and FPGA use the names the shipped images really have
 #: (``…-initcontainer``); upstream's validator expected ``…-initimage`` and so rejected its own samples.
-#: This project builds no init images: a CR that wants an init container names one explicitly.
+#: This project builds no separate init images; for FPGA its node image serves
+#: (see :func:`default_init_image`).
 _INIT_IMAGE_NAMES: Final[dict[DeviceKind, str]] = {
     DeviceKind.DLB: "intel-dlb-initcontainer",
     DeviceKind.DSA: "intel-idxd-config-initcontainer",
@@ -114,18 +115,30 @@ def init_image_name(kind: DeviceKind) -> str | None:
 def accepted_init_image_names(kind: DeviceKind) -> tuple[str, ...]:
     """Init image names the validator accepts for ``kind`` (current first, then legacy)."""
     names = [n for n in (_INIT_IMAGE_NAMES.get(kind), _LEGACY_INIT_IMAGE_NAMES.get(kind)) if n]
+    if kind is DeviceKind.FPGA:
+        names.insert(0, NODE_IMAGE_NAME)  # the node image installs the FPGA hook (intel_fpga_hook_install)
     return tuple(names)
 
 
-#: The one upstream image still implied: FPGA region mode needs the CRI hook installed on the host, a
-#: native program the container runtime runs outside any container, which upstream's init image carries and
-#: this project's Python environment cannot provide by copying a file.
-FPGA_INIT_IMAGE: Final = f"{UPSTREAM_VENDOR}/intel-fpga-initcontainer:{UPSTREAM_VERSION}"
+#: Command of the FPGA init container when it runs this project's node image: installs the self-contained
+#: CRI hook (bundled Python, loader and libraries plus a launcher) under ``/opt/intel/fpga-sw`` on the host.
+FPGA_HOOK_INSTALL_COMMAND: Final = ("intel_fpga_hook_install",)
 
 
-def default_init_image(kind: DeviceKind) -> str | None:
-    """Init image a DaemonSet gets without ``initImage``: only FPGA has one (see :data:`FPGA_INIT_IMAGE`)."""
-    return FPGA_INIT_IMAGE if kind is DeviceKind.FPGA else None
+def default_init_image(kind: DeviceKind, plugin_image: str = "") -> str | None:
+    """Init image a DaemonSet gets without ``initImage``: only FPGA has one, this project's node image.
+
+    It is the plugin's own image when that is the node image (so a mirror or pinned tag applies to both),
+    otherwise the default node image.
+    """
+    if kind is not DeviceKind.FPGA:
+        return None
+    return plugin_image if plugin_image and is_node_image(plugin_image) else node_image()
+
+
+def is_node_image(reference: str) -> bool:
+    """Whether ``reference`` names this project's node image (any registry, tag or digest)."""
+    return parse_image(reference).name == NODE_IMAGE_NAME
 
 
 def plugin_command(kind: DeviceKind) -> str:

@@ -10,6 +10,7 @@ from intel_device_plugins.deviceplugin.cli import DEFAULT_CDI_DIR, DEFAULT_DEVIC
 from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
+from intel_device_plugins.plugins.fpga import hookinstall
 from intel_device_plugins.plugins.fpga.cli import build_parser
 from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH, LAYOUTS, Mode
 
@@ -55,3 +56,7 @@ def test_daemonset_mounts_what_the_plugin_reads_and_writes() -> None:
     init_mounts = mounted(init, volumes)
     hook_dir = CRI_HOOK_PATH.rsplit("/", 1)[0]
     assert init_mounts[hook_dir] == hook_dir  # the hook named in the CDI specs lands on the host
+    # The node image's installer puts the launcher exactly where the CDI specs name the hook.
+    assert init["command"] == ["intel_fpga_hook_install"]
+    assert f"{hookinstall.DEFAULT_TARGET}/{hookinstall.LAUNCHER_NAME}" == CRI_HOOK_PATH
+    assert "privileged" not in init["securityContext"] and list(init_mounts) == [hook_dir]
