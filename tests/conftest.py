@@ -63,14 +63,19 @@ class WithoutInotify:
         subsystems: Collection[str] = self.plugin.uevent_subsystems()
         return subsystems
 
+    def safety_rescan_interval(self) -> float:
+        interval = getattr(self.plugin, "safety_rescan_interval", None)
+        return float(interval()) if interval is not None else 60.0
+
 
 @pytest.fixture
 def only_uevents(kubelet: KubeletStandIn, plugin_dir: Path, tmp_path: Path) -> Callable[[Any, FakeTree], Any]:
     """``async with only_uevents(plugin, tree) as manager``: the plugin served with polling off and
-    inotify blind, and the simulated node announcing its changes to it as the kernel would."""
+    inotify blind, and the simulated node announcing its changes to it as the kernel would.
+    ``rescan_interval``: the safety rescan the plugin is expected to ask for (60 s unless sooner)."""
 
     @asynccontextmanager
-    async def run(plugin: Any, tree: FakeTree) -> AsyncIterator[PluginManager]:
+    async def run(plugin: Any, tree: FakeTree, rescan_interval: float = 60) -> AsyncIterator[PluginManager]:
         directory = tmp_path / "uevents"
         tree.uevents = UeventBroadcaster(directory)
         hub = UeventHub(DirectoryUevents(directory))
@@ -84,7 +89,7 @@ def only_uevents(kubelet: KubeletStandIn, plugin_dir: Path, tmp_path: Path) -> C
                 if manager.scans >= 1 and not manager.scan_stuck:
                     break
                 await asyncio.sleep(0.02)
-            assert manager.rescan_interval() == 60
+            assert manager.rescan_interval() == rescan_interval
             yield manager
         finally:
             stop.set()
