@@ -6,8 +6,11 @@ Markdown). What is measured and how: ``bench/plugin_bench.py``.
 
 from __future__ import annotations
 
-from plugin_bench import PluginBench, main
+from collections.abc import Callable
 
+from plugin_bench import HotPlug, PluginBench, main
+
+from intel_device_plugins.sim import idxd
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.profiles import profile_text
 
@@ -23,6 +26,28 @@ def add_other_pci_functions(tree: FakeTree) -> None:
         )
 
 
+def add_dedicated_queue(tree: FakeTree) -> Callable[[], None]:
+    """A new DSA device with one enabled dedicated queue; removal disables that queue."""
+    device = idxd.add_accelerator(tree, "dsa")
+    name = idxd.add_work_queue(tree, device, "dsa", 0)
+    return lambda: idxd.disable_work_queue(tree, device, "dsa", name)
+
+
+def add_vfio_function(tree: FakeTree) -> Callable[[], None]:
+    """A DSA function bound to vfio-pci; removal unbinds it (its group node goes away)."""
+    device = idxd.add_accelerator(tree, "dsa", driver="vfio-pci")
+    group = device.name.removeprefix("vfio")
+
+    def remove() -> None:
+        tree.remove(f"/sys/bus/pci/drivers/vfio-pci/{device.address}")
+        tree.remove(f"{device.sysfs}/driver")
+        tree.remove(f"/dev/vfio/{group}")
+        tree.uevent("unbind", device.sysfs, "pci", PCI_SLOT_NAME=device.address)
+        tree.uevent("remove", f"/sys/devices/virtual/vfio/{group}", "vfio", DEVNAME=f"vfio/{group}")
+
+    return remove
+
+
 WORK_QUEUES = PluginBench(
     title=f"DSA work queues: 8 devices x 8 queues, -shared-dev-num {SHARED_DEV_NUM}",
     script="intel_dsa_device_plugin",
@@ -31,6 +56,7 @@ WORK_QUEUES = PluginBench(
     flags=("-shared-dev-num", str(SHARED_DEV_NUM)),
     resource="dsa.intel.com/wq-user-dedicated",
     ids=("wq-user-dedicated-wq0.0-0",),
+    hotplug=HotPlug("dsa.intel.com/wq-user-dedicated", add_dedicated_queue),
 )
 
 VFIO = PluginBench(
@@ -42,6 +68,7 @@ VFIO = PluginBench(
     flags=("-driver", "vfio-pci"),
     resource="dsa.intel.com/vfio",
     ids=("0000:10:00.0",),
+    hotplug=HotPlug("dsa.intel.com/vfio", add_vfio_function),
 )
 
 if __name__ == "__main__":

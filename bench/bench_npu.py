@@ -6,9 +6,19 @@ Markdown). What is measured and how: ``bench/plugin_bench.py``.
 
 from __future__ import annotations
 
-from plugin_bench import PluginBench, main
+from collections.abc import Callable
 
+from plugin_bench import HotPlug, PluginBench, main
+
+from intel_device_plugins.sim import npu
+from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.profiles import profile_text
+
+
+def add_npu(tree: FakeTree) -> Callable[[], None]:
+    device = npu.add_npu(tree)
+    return lambda: npu.remove_npu(tree, device.name)
+
 
 BENCH = PluginBench(
     title="NPU: one NPU, -shared-dev-num 4",
@@ -18,6 +28,7 @@ BENCH = PluginBench(
     flags=("-shared-dev-num", "4"),
     resource="npu.intel.com/accel",
     ids=("accel0-2",),
+    hotplug=HotPlug("npu.intel.com/accel", add_npu),
 )
 
 if __name__ == "__main__":

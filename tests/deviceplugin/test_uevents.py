@@ -192,3 +192,27 @@ async def test_without_its_event_sources_an_event_driven_plugin_is_polled(
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+@dataclass
+class HealthPolledPlugin(EventPlugin):
+    """Event-driven, but reads one thing no event announces."""
+
+    def safety_rescan_interval(self) -> float:
+        return 0.1
+
+
+async def test_a_plugin_may_ask_for_a_sooner_safety_rescan(
+    kubelet: KubeletStandIn, plugin_dir: Path, tmp_path: Path
+) -> None:
+    config = FrameworkConfig(plugin_dir, tmp_path / "cdi", scan_interval=60, event_rescan_interval=60)
+    manager = PluginManager(HealthPolledPlugin(), config)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    try:
+        await kubelet.wait_for(lambda: kubelet.allocatable("example.com/widget") == 1)
+        assert manager.rescan_interval() == 0.1
+        assert await _scans_while(manager, 1.0) >= 3  # rescanned without any event
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)

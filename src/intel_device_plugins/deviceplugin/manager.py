@@ -8,7 +8,8 @@ When to scan: immediately when a directory the plugin watches changes (inotify) 
 announces a device event the plugin asked for (uevents); otherwise every ``scan_interval`` seconds.
 A plugin that declares itself event-driven (:class:`~intel_device_plugins.deviceplugin.plugin.EventDriven`)
 is rescanned only every ``event_rescan_interval`` seconds as a safety net while all its event
-sources are in place; the moment one is missing (no inotify, a watched directory gone) it is polled
+sources are in place (or sooner, when the plugin asks for it because some state it reads is never
+announced); the moment one is missing (no inotify, a watched directory gone) it is polled
 at ``scan_interval`` again.
 """
 
@@ -30,7 +31,7 @@ from intel_device_plugins.deviceplugin.model import (
     check_devices,
     diff_trees,
 )
-from intel_device_plugins.deviceplugin.plugin import EventDriven, Scanner, WatchesPaths
+from intel_device_plugins.deviceplugin.plugin import EventDriven, RescansSooner, Scanner, WatchesPaths
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.deviceplugin.scanworker import ScanWorker
 from intel_device_plugins.deviceplugin.server import (
@@ -117,6 +118,8 @@ class PluginManager:
     def rescan_interval(self) -> float:
         """Seconds until the next scan when no event arrives."""
         if self._event_driven and self._events_in_place():
+            if isinstance(self.plugin, RescansSooner):
+                return min(self.config.event_rescan_interval, self.plugin.safety_rescan_interval())
             return self.config.event_rescan_interval
         return self.config.scan_interval
 

@@ -54,6 +54,17 @@ class EventDriven(Protocol):
 
 
 @runtime_checkable
+class RescansSooner(Protocol):
+    """Optional, with :class:`EventDriven`: a safety rescan more often than every 60 s.
+
+    For a plugin that reads some state no event announces (e.g. a health counter in debugfs): the
+    interval says how stale that state may get. Events still trigger rescans at once.
+    """
+
+    def safety_rescan_interval(self) -> float: ...
+
+
+@runtime_checkable
 class PreferredAllocator(Protocol):
     """Optional: answers GetPreferredAllocation. Advertised to the kubelet when present."""
 

@@ -2,8 +2,8 @@
 
 Each device N is a PCI function bound to ``dlb2`` with ``/sys/class/dlb2/dlbN`` →
 ``<pci function>/dlb2/dlbN`` (whose ``device`` link leads back to the function) and a node
-``/dev/dlbN``. A PF carries ``sriov_numvfs``; with ``vfs > 0`` its VFs are created as further dlb2
-devices, which (like real VFs) have no SR-IOV files.
+``/dev/dlbN``, announced by ``pci`` and ``dlb2`` uevents. A PF carries ``sriov_numvfs``; with
+``vfs > 0`` its VFs are created as further dlb2 devices, which (like real VFs) have no SR-IOV files.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def _add_function(tree: FakeTree, address: str, device_id: str, numa_node: int, 
     tree.link(f"{sysfs}/dlb2/{name}/device", sysfs)
     tree.link(f"/sys/class/dlb2/{name}", f"{sysfs}/dlb2/{name}")
     tree.device_node(f"/dev/{name}")
+    tree.uevent("add", sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.uevent("bind", sysfs, "pci", DRIVER="dlb2", PCI_SLOT_NAME=address)
+    tree.uevent("add", f"{sysfs}/dlb2/{name}", "dlb2", DEVNAME=name)
     return name
 
 
@@ -78,9 +81,12 @@ def add_dlb(tree: FakeTree, *, generation: str = "dlb2", vfs: int = 0, numa_node
 
 
 def remove_dlb(tree: FakeTree, name: str) -> None:
-    """Hot-unplug one dlb2 device: its node and class entry go away."""
+    """Hot-unplug one dlb2 device: its node and class entry go away, with the kernel's event."""
+    class_link = tree.path(f"/sys/class/dlb2/{name}")
+    devpath = "/" + str(class_link.resolve().relative_to(tree.root.resolve()))
     tree.remove(f"/dev/{name}")
     tree.remove(f"/sys/class/dlb2/{name}")
+    tree.uevent("remove", devpath, "dlb2", DEVNAME=name)
 
 
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:

@@ -132,6 +132,7 @@ def _char_device(tree: FakeTree, name: str, sysfs: str, major: int, minor: int) 
     tree.link(f"/sys/dev/char/{major}:{minor}", sysfs)
     tree.device_node(f"/dev/{name}")
     tree.link(f"/dev/char/{major}:{minor}", f"/dev/{name}")
+    tree.uevent("add", sysfs, "platform", DEVNAME=name)
 
 
 def _add_port(
@@ -159,7 +160,13 @@ def _container(tree: FakeTree, driver: str, function_sysfs: str) -> tuple[str, s
         link = f"/sys/class/fpga/intel-fpga-dev.{index}"
     tree.mkdir(directory)
     tree.link(link, directory)
+    tree.uevent("add", directory, "fpga_region" if driver == DFL else "fpga")
     return directory, link
+
+
+def _announce_function(tree: FakeTree, sysfs: str, address: str, driver: str) -> None:
+    tree.uevent("add", sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.uevent("bind", sysfs, "pci", DRIVER=driver, PCI_SLOT_NAME=address)
 
 
 def _check_id(value: str, what: str) -> str:
@@ -195,6 +202,7 @@ def add_fpga(
         address, vendor="0x8086", device=pf_id, numa_node=numa_node, driver=driver_name, pci_class="0x120000"
     )
     pf_sysfs = _rel(tree, pf.sysfs_dir)
+    _announce_function(tree, pf_sysfs, address, driver_name)
     tree.write(f"{pf_sysfs}/sriov_totalvfs", f"{max(vfs, 1)}\n")
     tree.write(f"{pf_sysfs}/sriov_numvfs", f"{vfs}\n")
     container, class_link = _container(tree, driver, pf_sysfs)
@@ -213,6 +221,7 @@ def add_fpga(
         tree.write(interface_file, interface_id + "\n")
         tree.link(f"/sys/bus/platform/devices/dfl-fme-region.{bridge_index}", bridge)
         tree.link(f"/sys/class/fpga_region/region{region_index}", pr_region)
+        tree.uevent("add", pr_region, "fpga_region")
         class_links.append(f"/sys/class/fpga_region/region{region_index}")
     else:
         interface_file = f"{fme_sysfs}/pr/interface_id"
@@ -235,6 +244,7 @@ def add_fpga(
             parent=parent,
         )
         vf_sysfs = _rel(tree, vf.sysfs_dir)
+        _announce_function(tree, vf_sysfs, vf_address, driver_name)
         tree.link(f"{vf_sysfs}/physfn", pf_sysfs)
         tree.link(f"{pf_sysfs}/virtfn{index}", vf_sysfs)
         vf_container, vf_link = _container(tree, driver, vf_sysfs)
@@ -262,7 +272,10 @@ def port_sysfs(tree: FakeTree, port: str) -> str:
 
 
 def set_afu_id(tree: FakeTree, port: str, afu_id: str) -> None:
-    """ "Program" a port: it now reports ``afu_id`` (use :data:`UNPROGRAMMED` for a failed PR)."""
+    """ "Program" a port: it now reports ``afu_id`` (use :data:`UNPROGRAMMED` for a failed PR).
+
+    As on a real node, no uevent announces it.
+    """
     tree.write(f"{port_sysfs(tree, port)}/afu_id", _check_id(afu_id, "afu_id") + "\n")
 
 
@@ -272,12 +285,17 @@ def set_interface_id(tree: FakeTree, card: SimulatedFpga, interface_id: str) -> 
 
 
 def remove_fpga(tree: FakeTree, card: SimulatedFpga) -> None:
-    """Hot-unplug a card: its class entries, platform links and device nodes go away."""
+    """Hot-unplug a card: its class entries, platform links and device nodes go away, with the events."""
     for link in card.class_entries:
+        devpath = _rel(tree, tree.path(link).resolve())
         tree.remove(link)
+        subsystem = "fpga_region" if "/fpga_region/" in link else "fpga"
+        tree.uevent("remove", devpath, subsystem)
     for name in (card.fme, *(port.name for port in card.ports)):
+        devpath = port_sysfs(tree, name)
         tree.remove(f"/sys/bus/platform/devices/{name}")
         tree.remove(f"/dev/{name}")
+        tree.uevent("remove", devpath, "platform", DEVNAME=name)
 
 
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:

@@ -3,7 +3,8 @@
 For accelerator ``dsaN`` on PCI function ``<bdf>``: ``/sys/devices/pci…/<bdf>/dsaN`` with work queues
 ``wqN.M`` (``state``, ``mode``, ``type``, ``name``, ``size``), links from ``/sys/bus/dsa/devices``,
 and for every enabled user queue the char-device child ``dsa!wqN.M/dev``, the node ``/dev/dsa/wqN.M``
-and udev's link ``/dev/char/<major>:<minor>``. IAA is the same with ``iax`` names.
+and udev's link ``/dev/char/<major>:<minor>``. IAA is the same with ``iax`` names. Changes are
+announced by the kernel's uevents on the idxd bus (subsystem ``dsa``) and, for PCI functions, ``pci``.
 
 Device nodes are plain files unless ``char_devices`` asks for real ones: ``"real"`` creates character
 devices (needs CAP_MKNOD, i.e. root), ``"auto"`` does so when permitted and falls back to plain files.
@@ -110,12 +111,71 @@ def add_work_queue(
     tree.write(f"{wq_sysfs}/name", f"app{queue}\n" if wq_type == "user" else "\n")
     tree.write(f"{wq_sysfs}/size", "16\n")
     tree.link(f"/sys/bus/dsa/devices/{name}", wq_sysfs)
-    if wq_type == "user" and state == "enabled":
-        major, minor = CHAR_MAJORS[device_prefix], index * 64 + queue
-        tree.write(f"{wq_sysfs}/{device_prefix}!{name}/dev", f"{major}:{minor}\n")
-        char_device(tree, f"/dev/{device_prefix}/{name}", major, minor, char_devices)
-        tree.link(f"/dev/char/{major}:{minor}", f"/dev/{device_prefix}/{name}")
+    tree.uevent("add", wq_sysfs, "dsa")
+    if state == "enabled":
+        _enabled(tree, accelerator, device_prefix, name, wq_type == "user", char_devices)
     return name
+
+
+def _queue_char_device(
+    accelerator: SimulatedAccelerator, device_prefix: str, name: str
+) -> tuple[str, int, int]:
+    """The queue's char-device child directory in sysfs, and its major and minor numbers."""
+    index = int(accelerator.name[len(device_prefix) :])
+    queue = int(name.rsplit(".", 1)[1])
+    return (
+        f"{accelerator.sysfs}/{name}/{device_prefix}!{name}",
+        CHAR_MAJORS[device_prefix],
+        index * 64 + queue,
+    )
+
+
+def _enabled(
+    tree: FakeTree,
+    accelerator: SimulatedAccelerator,
+    device_prefix: str,
+    name: str,
+    user: bool,
+    char_devices: str,
+) -> None:
+    """The driver took queue ``name`` (``bind``); a user queue gets its char device and node (``add``)."""
+    tree.uevent("bind", f"{accelerator.sysfs}/{name}", "dsa", DRIVER="user" if user else "dmaengine")
+    if not user:
+        return
+    cdev_sysfs, major, minor = _queue_char_device(accelerator, device_prefix, name)
+    tree.write(f"{cdev_sysfs}/dev", f"{major}:{minor}\n")
+    char_device(tree, f"/dev/{device_prefix}/{name}", major, minor, char_devices)
+    tree.link(f"/dev/char/{major}:{minor}", f"/dev/{device_prefix}/{name}")
+    tree.uevent("add", cdev_sysfs, "dsa", DEVNAME=f"{device_prefix}/{name}")
+
+
+def enable_work_queue(
+    tree: FakeTree,
+    accelerator: SimulatedAccelerator,
+    device_prefix: str,
+    name: str,
+    char_devices: str = "plain",
+) -> None:
+    """Enable queue ``name`` (as ``accel-config enable-wq`` does), with the kernel's events."""
+    wq_sysfs = f"{accelerator.sysfs}/{name}"
+    tree.write(f"{wq_sysfs}/state", "enabled\n")
+    user = tree.path(f"{wq_sysfs}/type").read_text(encoding="utf-8").strip() == "user"
+    _enabled(tree, accelerator, device_prefix, name, user, char_devices)
+
+
+def disable_work_queue(
+    tree: FakeTree, accelerator: SimulatedAccelerator, device_prefix: str, name: str
+) -> None:
+    """Disable queue ``name``: its char device and node go, the driver lets go of it, with the events."""
+    wq_sysfs = f"{accelerator.sysfs}/{name}"
+    cdev_sysfs, major, minor = _queue_char_device(accelerator, device_prefix, name)
+    if tree.path(cdev_sysfs).is_dir():
+        tree.remove(f"/dev/char/{major}:{minor}")
+        tree.remove(f"/dev/{device_prefix}/{name}")
+        tree.remove(cdev_sysfs)
+        tree.uevent("remove", cdev_sysfs, "dsa", DEVNAME=f"{device_prefix}/{name}")
+    tree.write(f"{wq_sysfs}/state", "disabled\n")
+    tree.uevent("unbind", wq_sysfs, "dsa")
 
 
 def add_accelerator(
@@ -137,8 +197,11 @@ def add_accelerator(
         pci_class="0x088000",
     )
     pci_sysfs = "/" + str(function.sysfs_dir.relative_to(tree.root))
+    tree.uevent("add", pci_sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.uevent("bind", pci_sysfs, "pci", DRIVER=driver, PCI_SLOT_NAME=address)
     if driver == "vfio-pci":
         group = add_iommu_group(tree, address, pci_sysfs)
+        tree.uevent("add", f"/sys/devices/virtual/vfio/{group}", "vfio", DEVNAME=f"vfio/{group}")
         return SimulatedAccelerator(f"vfio{group}", address, pci_sysfs)
     index = _next_index(tree)
     name = f"{device_prefix}{index}"
@@ -146,6 +209,8 @@ def add_accelerator(
     tree.write(f"{sysfs}/state", "enabled\n")
     tree.write(f"{sysfs}/max_work_queues", "8\n")
     tree.link(f"/sys/bus/dsa/devices/{name}", sysfs)
+    tree.uevent("add", sysfs, "dsa")
+    tree.uevent("bind", sysfs, "dsa", DRIVER="idxd")
     return SimulatedAccelerator(name, address, sysfs)
 
 

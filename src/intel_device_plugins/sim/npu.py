@@ -2,7 +2,8 @@
 
 For accelerator N: the PCI function (vendor, device, driver link, NUMA node),
 ``/sys/devices/pci…/<bdf>/accel/accelN`` with its ``device`` link back to the function,
-``/sys/class/accel/accelN`` linking there, and the node ``/dev/accel/accelN`` (a plain file).
+``/sys/class/accel/accelN`` linking there, and the node ``/dev/accel/accelN`` (a plain file), announced
+by ``pci`` and ``accel`` uevents.
 """
 
 from __future__ import annotations
@@ -62,7 +63,26 @@ def add_npu(
     tree.link(f"/sys/class/accel/{name}", f"{pci_sysfs}/accel/{name}")
     if node:
         tree.device_node(f"/dev/accel/{name}")
+    tree.uevent("add", pci_sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.uevent("bind", pci_sysfs, "pci", DRIVER=driver, PCI_SLOT_NAME=address)
+    tree.uevent("add", f"{pci_sysfs}/accel/{name}", "accel", DEVNAME=f"accel/{name}")
     return SimulatedNpu(name, address)
+
+
+def remove_npu(tree: FakeTree, name: str) -> None:
+    """Hot-unplug accel device ``name``: its node, class entry and PCI function go, with the events."""
+    device = tree.path(f"/sys/class/accel/{name}").resolve()
+    pci_sysfs = "/" + str(device.parent.parent.relative_to(tree.root.resolve()))
+    address = device.parent.parent.name
+    tree.remove(f"/dev/accel/{name}")
+    tree.remove(f"/sys/class/accel/{name}")
+    tree.remove(f"/sys/bus/pci/devices/{address}")
+    for driver_dir in tree.path("/sys/bus/pci/drivers").glob("*"):
+        tree.remove(f"/sys/bus/pci/drivers/{driver_dir.name}/{address}")
+    tree.remove(pci_sysfs)
+    tree.uevent("remove", f"{pci_sysfs}/accel/{name}", "accel", DEVNAME=f"accel/{name}")
+    tree.uevent("unbind", pci_sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.uevent("remove", pci_sysfs, "pci", PCI_SLOT_NAME=address)
 
 
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:

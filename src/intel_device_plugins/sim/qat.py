@@ -4,7 +4,9 @@ A PF ``0000:bb:00.0`` bound to its PF driver (``4xxx``…) carries ``sriov_numvf
 ``qat/cfg_services`` and ``virtfnN`` links; its VFs are siblings ``0000:bb:00.1``… with a ``physfn``
 link, an IOMMU group (``/sys/kernel/iommu_groups/N``, ``/dev/vfio/N`` once bound to vfio-pci) or a
 uio device when bound to igb_uio. debugfs holds ``qat_<driver>_<pf>/dev_cfg`` and
-``heartbeat/status``. ``vm = true`` creates only VFs, as a guest sees them.
+``heartbeat/status``. ``vm = true`` creates only VFs, as a guest sees them. Device changes are
+announced with the kernel's uevents (``pci``, ``vfio``, ``uio``); debugfs and ``qat/state`` changes
+are not.
 
 :class:`FakeTreeBinder` plays the kernel's part when a test binds a VF to another driver.
 """
@@ -103,13 +105,17 @@ def attach_driver(tree: FakeTree, address: str, driver: str) -> None:
     tree.bind(address, sysfs, driver)
     if driver == "vfio-pci":
         tree.device_node("/dev/vfio/vfio")
-        tree.device_node(f"/dev/vfio/{vfio_node_name(tree, sysfs)}")
+        group = vfio_node_name(tree, sysfs)
+        tree.device_node(f"/dev/vfio/{group}")
+        tree.uevent("add", f"/sys/devices/virtual/vfio/{group}", "vfio", DEVNAME=f"vfio/{group}")
     elif driver == "igb_uio":
         uio = f"uio{_next_index(tree, '/sys/class/uio', 'uio')}"
         tree.mkdir(f"{sysfs}/uio/{uio}")
         tree.link(f"{sysfs}/uio/{uio}/device", sysfs)
         tree.link(f"/sys/class/uio/{uio}", f"{sysfs}/uio/{uio}")
         tree.device_node(f"/dev/{uio}")
+        tree.uevent("add", f"{sysfs}/uio/{uio}", "uio", DEVNAME=uio)
+    tree.uevent("bind", sysfs, "pci", DRIVER=driver, PCI_SLOT_NAME=address)
 
 
 def detach_driver(tree: FakeTree, address: str) -> str:
@@ -125,9 +131,13 @@ def detach_driver(tree: FakeTree, address: str) -> str:
         for uio in list(tree.path(f"{sysfs}/uio").glob("uio*")):
             tree.remove(f"/sys/class/uio/{uio.name}")
             tree.remove(f"/dev/{uio.name}")
+            tree.uevent("remove", f"{sysfs}/uio/{uio.name}", "uio", DEVNAME=uio.name)
         tree.remove(f"{sysfs}/uio")
     elif driver == "vfio-pci":
-        tree.remove(f"/dev/vfio/{vfio_node_name(tree, sysfs)}")
+        group = vfio_node_name(tree, sysfs)
+        tree.remove(f"/dev/vfio/{group}")
+        tree.uevent("remove", f"/sys/devices/virtual/vfio/{group}", "vfio", DEVNAME=f"vfio/{group}")
+    tree.uevent("unbind", sysfs, "pci", PCI_SLOT_NAME=address)
     return driver
 
 
@@ -180,6 +190,8 @@ def add_pf(
         parent=parent,
     )
     pf_sysfs = tree.sysfs_of(address)
+    tree.uevent("add", pf_sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.uevent("bind", pf_sysfs, "pci", DRIVER=generation, PCI_SLOT_NAME=address)
     tree.write(f"{pf_sysfs}/sriov_totalvfs", f"{max(vfs, 16)}\n")
     tree.write(f"{pf_sysfs}/sriov_numvfs", f"{vfs}\n")
     tree.write(f"{pf_sysfs}/qat/state", f"{state}\n")
@@ -206,10 +218,26 @@ def add_pf(
         tree.link(f"{vf_sysfs}/physfn", pf_sysfs)
         tree.link(f"{pf_sysfs}/virtfn{index}", vf_sysfs)
         _iommu_group(tree, vf_address, vf_sysfs, noiommu=iommu == "noiommu")
+        tree.uevent("add", vf_sysfs, "pci", PCI_SLOT_NAME=vf_address)  # what a sriov_numvfs write sends
         if vf_driver:
             attach_driver(tree, vf_address, vf_driver)
         addresses.append(vf_address)
     return SimulatedPf(address, generation, tuple(addresses))
+
+
+def remove_vfs(tree: FakeTree, pf: SimulatedPf) -> None:
+    """``sriov_numvfs`` set to 0: every VF of ``pf`` is unbound and removed, with the kernel's events."""
+    pf_sysfs = tree.sysfs_of(pf.address)
+    for index, address in enumerate(pf.vfs):
+        sysfs = tree.sysfs_of(address)
+        detach_driver(tree, address)
+        group = tree.path(f"{sysfs}/iommu_group").resolve()
+        tree.remove(f"{pf_sysfs}/virtfn{index}")
+        tree.remove(f"/sys/bus/pci/devices/{address}")
+        tree.remove(f"/sys/kernel/iommu_groups/{group.name}")
+        tree.remove(sysfs)
+        tree.uevent("remove", sysfs, "pci", PCI_SLOT_NAME=address)
+    tree.write(f"{pf_sysfs}/sriov_numvfs", "0\n")
 
 
 def add_guest_vfs(
@@ -225,6 +253,7 @@ def add_guest_vfs(
         )
         sysfs = tree.sysfs_of(address)
         _iommu_group(tree, address, sysfs, noiommu=iommu == "noiommu")
+        tree.uevent("add", sysfs, "pci", PCI_SLOT_NAME=address)
         if vf_driver:
             attach_driver(tree, address, vf_driver)
         addresses.append(address)

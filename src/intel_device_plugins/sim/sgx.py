@@ -19,14 +19,29 @@ DEFAULTS: Mapping[str, Any] = {
 }
 
 
+NODES = {"enclave": "sgx_enclave", "provision": "sgx_provision"}
+"""Option → misc device name (``/dev/<name>``)."""
+
+
+def add_node(tree: FakeTree, name: str) -> None:
+    """The driver registers misc device ``name`` (``sgx_enclave`` or ``sgx_provision``), with its event."""
+    tree.device_node(f"/dev/{name}")
+    tree.uevent("add", f"/sys/devices/virtual/misc/{name}", "misc", DEVNAME=name)
+
+
+def remove_node(tree: FakeTree, name: str) -> None:
+    """Misc device ``name`` goes away (e.g. the driver is unloaded), with its event."""
+    tree.remove(f"/dev/{name}")
+    tree.uevent("remove", f"/sys/devices/virtual/misc/{name}", "misc", DEVNAME=name)
+
+
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
     """Build the ``[[sgx]]`` entry (one per node makes sense; later ones add nodes, never remove)."""
     for entry in entries:
         options = entry_options(entry, "sgx", DEFAULTS)
-        if options["enclave"]:
-            tree.device_node("/dev/sgx_enclave")
-        if options["provision"]:
-            tree.device_node("/dev/sgx_provision")
+        for option, name in NODES.items():
+            if options[option]:
+                add_node(tree, name)
         epc = int(options["epc_bytes_per_node"])
         if epc:
             for node in range(tree.numa_nodes):

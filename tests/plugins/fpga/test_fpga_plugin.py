@@ -9,7 +9,7 @@ import pytest
 
 from intel_device_plugins.plugins.combined import build_kind, build_parser
 from intel_device_plugins.plugins.fpga.discovery import Mode
-from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
+from intel_device_plugins.plugins.fpga.plugin import AFU_RESCAN_INTERVAL, FpgaPlugin
 from intel_device_plugins.sim import fpga
 from intel_device_plugins.sim.fakefs import FakeTree
 
@@ -32,12 +32,21 @@ def test_scan_serves_the_mode_and_logs_a_broken_port_once(
     assert len(warnings) == 1 and "dfl-port.0: no unique FME" in warnings[0].getMessage()
 
 
-def test_watch_paths_cover_dev_and_both_class_dirs(tmp_path: Path) -> None:
+def test_watch_paths_cover_dev_and_the_class_dirs_present(tmp_path: Path) -> None:
+    assert FpgaPlugin(tmp_path).watch_paths() == (tmp_path / "dev",)
+    fpga.add_fpga(FakeTree(tmp_path))
+    assert FpgaPlugin(tmp_path).watch_paths() == (tmp_path / "dev", tmp_path / "sys/class/fpga_region")
+    fpga.add_fpga(FakeTree(tmp_path), driver=fpga.OPAE)
     assert FpgaPlugin(tmp_path).watch_paths() == (
         tmp_path / "dev",
         tmp_path / "sys/class/fpga",
         tmp_path / "sys/class/fpga_region",
     )
+
+
+def test_af_mode_rescans_sooner_than_region_mode() -> None:
+    assert FpgaPlugin(mode=Mode.AF).safety_rescan_interval() == AFU_RESCAN_INTERVAL < 60
+    assert FpgaPlugin(mode=Mode.REGION).safety_rescan_interval() == 60
 
 
 def test_combined_process_builds_the_fpga_kind_with_its_mode(tmp_path: Path) -> None:

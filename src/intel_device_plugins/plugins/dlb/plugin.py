@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,3 +36,9 @@ class DlbPlugin:
     def watch_paths(self) -> Sequence[Path]:
         """``/dev/dlbN`` nodes appear and vanish with the devices; sysfs sends no such events."""
         return (self.root / "dev",)
+
+    def uevent_subsystems(self) -> Collection[str]:
+        """A device comes and goes with a ``dlb2`` class event; PFs, VFs (``sriov_numvfs``) and driver
+        binds are ``pci`` events. The scan reads nothing else that changes, so events replace polling.
+        """
+        return ("dlb2", "pci")

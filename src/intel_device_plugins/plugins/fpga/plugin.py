@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +13,10 @@ from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.fpga.discovery import LAYOUTS, NAMESPACE, Mode, scan_fpga
 
 log = logging.getLogger(__name__)
+
+AFU_RESCAN_INTERVAL = 5.0
+"""Seconds between rescans without events in AF mode (upstream polls every 5 s in all modes)."""
+REGION_RESCAN_INTERVAL = 60.0
 
 
 @dataclass
@@ -35,7 +39,22 @@ class FpgaPlugin:
         return result.tree
 
     def watch_paths(self) -> Sequence[Path]:
-        """Port and FME nodes appear in ``/dev`` with the cards; a driver's class directory when it loads."""
+        """Port and FME nodes appear in ``/dev`` with the cards; sysfs class directories are watched
+        where they exist (a driver loading later announces its first device with a uevent)."""
         paths = [self.root / "dev"]
-        paths.extend(self.root / layout.class_dir.lstrip("/") for layout in LAYOUTS.values())
+        for layout in LAYOUTS.values():
+            class_dir = self.root / layout.class_dir.lstrip("/")
+            if class_dir.is_dir():
+                paths.append(class_dir)
         return tuple(paths)
+
+    def uevent_subsystems(self) -> Collection[str]:
+        """Cards and their VFs are ``pci`` events; a driver's per-function device is ``fpga_region``
+        (DFL) or ``fpga`` (OPAE); FME and port devices, with their nodes, are ``platform`` events.
+        A new blue bitstream (interface ID) takes a PCI re-enumeration, so it is announced too."""
+        return ("pci", "fpga_region", "fpga", "platform")
+
+    def safety_rescan_interval(self) -> float:
+        """Programming a port (partial reconfiguration) changes its ``afu_id`` without a uevent, so
+        AF mode, whose resources are named after the AFU, rescans every few seconds."""
+        return AFU_RESCAN_INTERVAL if self.mode == Mode.AF else REGION_RESCAN_INTERVAL

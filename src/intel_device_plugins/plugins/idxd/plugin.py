@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,14 @@ class WorkQueuePlugin:
         # udev creates the queue's node when it is enabled: rescan at once instead of at the next tick.
         return (prefixed(self.prefix, self.kind.dev_dir),)
 
+    def uevent_subsystems(self) -> Collection[str]:
+        """DSA and IAA devices, their queues and the queues' char devices all sit on the idxd bus,
+        which the kernel calls ``dsa``: enabling or disabling a device or queue is a ``bind`` or
+        ``unbind`` there, and a queue's settings can only be written while it is disabled. Older
+        kernels put the char devices in the ``idxd`` class; PCI hot-plug and driver binds are ``pci``.
+        """
+        return ("dsa", "idxd", "pci")
+
 
 @dataclass
 class DsaVfioPlugin:
@@ -62,6 +70,10 @@ class DsaVfioPlugin:
 
     def watch_paths(self) -> Sequence[Path]:
         return (prefixed(self.prefix, "/dev/vfio"),)
+
+    def uevent_subsystems(self) -> Collection[str]:
+        """Binding a function to vfio-pci is a ``pci`` event and creates its group node (``vfio``)."""
+        return ("pci", "vfio")
 
     def post_allocate(
         self, resource: str, devices: DeviceMap, ids: Sequence[str], allocation: ContainerAllocation

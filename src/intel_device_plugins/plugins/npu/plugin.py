@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,3 +34,9 @@ class NpuPlugin:
 
     def watch_paths(self) -> Sequence[Path]:
         return (prefixed(self.prefix, DEV_DIR),)
+
+    def uevent_subsystems(self) -> Collection[str]:
+        """NPUs come and go with ``accel`` events (driver binds and PCI hot-plug with ``pci`` ones), and
+        udev's node in ``/dev/accel`` is watched: nothing the scan reads changes unannounced.
+        """
+        return ("accel", "pci")

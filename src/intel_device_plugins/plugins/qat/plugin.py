@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 BIND_RETRY_SCANS = 30
 """A VF whose binding failed is tried again only every this many scans, not every second."""
+HEALTH_RESCAN_INTERVAL = 5.0
+"""Seconds between rescans without events: a PF's heartbeat status (debugfs) and its service
+configuration (``qat/state``, ``qat/cfg_services``) change without a uevent."""
 
 
 class Binder(Protocol):
@@ -72,8 +75,10 @@ class QatDpdkPlugin:
         config: DpdkConfig,
         allocation_policy: policy.Policy = policy.Policy.NONE,
         binder: Binder | None = None,
+        health_rescan_interval: float = HEALTH_RESCAN_INTERVAL,
     ) -> None:
         self.paths = paths
+        self.health_rescan_interval = health_rescan_interval
         self.config = config
         self.allocation_policy = allocation_policy
         self.binder: Binder = binder or SysfsBinder(paths.drivers)
@@ -106,6 +111,19 @@ class QatDpdkPlugin:
         )
         self.problems.report((*found.problems, *result.problems))
         return result.tree
+
+    def watch_paths(self) -> Sequence[Path]:
+        """Where the VFs' device nodes appear: ``/dev/vfio`` for vfio-pci, ``/dev`` for ``uioN``."""
+        directory = "dev/vfio" if self.config.dpdk_driver == discovery.VFIO_PCI else "dev"
+        return (self.paths.root / directory,)
+
+    def uevent_subsystems(self) -> Collection[str]:
+        """PFs and VFs come and go (also on ``sriov_numvfs`` writes) and change drivers with ``pci``
+        events; their nodes are ``vfio`` groups or ``uio`` devices."""
+        return ("pci", "vfio", "uio")
+
+    def safety_rescan_interval(self) -> float:
+        return self.health_rescan_interval
 
     def _bind(self, address: str, current: str) -> str:
         """Try to bind (unless a recent attempt failed); the failure reason, or ``""``."""
