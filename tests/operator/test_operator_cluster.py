@@ -279,7 +279,9 @@ def contains(got: Any, want: Any) -> bool:
 
 def assert_matches_plan(kind: DeviceKind, cr: JSON, ds: JSON) -> None:
     """The DaemonSet in the cluster carries what the builder derives from the CR (server defaults aside)."""
-    want = plan(kind, cr, {"INTEL_NPU_PLUGIN_SHA": NPU_SHA}, NS).daemonset
+    want = plan(
+        kind, cr, {"INTEL_NPU_PLUGIN_SHA": NPU_SHA}, NS, fpga_service_account=FPGA_PLUGIN_SA
+    ).daemonset
     assert want is not None
     assert ds["metadata"]["labels"].items() >= want["metadata"]["labels"].items()
     got_pod, want_pod = ds["spec"]["template"]["spec"], want["spec"]["template"]["spec"]
