@@ -35,6 +35,10 @@ NS = "inteldeviceplugins-system"
 PREFIX = "intel-deviceplugins-"
 SA = f"{PREFIX}controller-manager"
 SECRET = f"{PREFIX}webhook-server-cert"
+FPGA_PLUGIN_SA = f"{PREFIX}fpga-plugin"
+# Literal environment values of the shipped Deployment that the operator processes get as they are (the
+# plugin image is left to each test).
+DEPLOYMENT_ENV_PASSED = frozenset({"FPGA_PLUGIN_SERVICE_ACCOUNT"})
 SERVICE = f"{PREFIX}webhook-service"
 WEBHOOK_CONFIGS = {
     "mutatingwebhookconfigurations": f"{PREFIX}mutating-webhook-configuration",
@@ -126,6 +130,12 @@ class Installed:
         self.workdir = workdir
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         self.args: list[str] = list(container["args"])
+        # Names of shipped objects the Deployment hands the operator (after the install's name prefix).
+        self.deployment_env: dict[str, str] = {
+            var["name"]: var["value"]
+            for var in container.get("env") or ()
+            if var["name"] in DEPLOYMENT_ENV_PASSED and "value" in var
+        }
         self.sa_kubeconfig = cp.service_account_kubeconfig(NS, SA)
         self.operators: list[OperatorProcess] = []
         self.webhook_port = 0
@@ -133,7 +143,7 @@ class Installed:
         self.apiserver_restarts: list[tuple[dt.datetime, dt.datetime]] = []  # for callers that restart it
 
     def start_operator(self, name: str) -> OperatorProcess:
-        env = {"DEVICEPLUGIN_NAMESPACE": NS, **self.extra_env}
+        env = {"DEVICEPLUGIN_NAMESPACE": NS, **self.deployment_env, **self.extra_env}
         op = OperatorProcess(name, self.args, env, self.sa_kubeconfig, self.workdir)
         self.operators.append(op)
         try:

@@ -44,14 +44,13 @@ def kubectl(k8s_binaries: Binaries, k8s_control_plane: ControlPlane) -> Kubectl:
 
 
 @pytest.mark.parametrize("mode", [Mode.AF, Mode.REGION])
-def test_overlay_pod_is_the_operators_plus_a_service_account(kubectl: Kubectl, mode: Mode) -> None:
+def test_overlay_pod_is_the_operators_with_its_own_service_account(kubectl: Kubectl, mode: Mode) -> None:
     objects = rendered(kubectl, mode.value)
     pod = objects["DaemonSet/intel-fpga-plugin"]["spec"]["template"]["spec"]
-    assert pod.pop("serviceAccountName") == "intel-fpga-plugin"
     spec = parse_spec(DeviceKind.FPGA, {"image": node_image(), "mode": mode.value})
-    operator_pod = desired_daemonset(spec, Owner(DeviceKind.FPGA, "x", "u"), NAMESPACE)["spec"]["template"][
-        "spec"
-    ]
+    operator_pod = desired_daemonset(
+        spec, Owner(DeviceKind.FPGA, "x", "u"), NAMESPACE, fpga_service_account="intel-fpga-plugin"
+    )["spec"]["template"]["spec"]
     assert pod == operator_pod
     (container,) = pod["containers"]
     assert build_parser().parse_args(container["args"]).mode is mode

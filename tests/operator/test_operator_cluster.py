@@ -33,6 +33,7 @@ from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import wait_daemonset_ready
 from k8stest.operatorinstall import (
+    FPGA_PLUGIN_SA,
     NS,
     SA,
     SECRET,
@@ -278,7 +279,9 @@ def contains(got: Any, want: Any) -> bool:
 
 def assert_matches_plan(kind: DeviceKind, cr: JSON, ds: JSON) -> None:
     """The DaemonSet in the cluster carries what the builder derives from the CR (server defaults aside)."""
-    want = plan(kind, cr, {"INTEL_NPU_PLUGIN_SHA": NPU_SHA}, NS).daemonset
+    want = plan(
+        kind, cr, {"INTEL_NPU_PLUGIN_SHA": NPU_SHA}, NS, fpga_service_account=FPGA_PLUGIN_SA
+    ).daemonset
     assert want is not None
     assert ds["metadata"]["labels"].items() >= want["metadata"]["labels"].items()
     got_pod, want_pod = ds["spec"]["template"]["spec"], want["spec"]["template"]["spec"]
@@ -523,26 +526,55 @@ def test_self_managed_certificate_is_issued_injected_and_served(
     assert f"{SERVICE}.{NS}.svc" in sans.get_values_for_type(x509.DNSName)
 
 
+def service_account_may(admin: KubeClient, name: str, attrs: dict[str, Any]) -> bool:
+    """Whether ServiceAccount ``name`` of NS may do ``attrs``: the API server's SubjectAccessReview."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{NS}:{name}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NS}"],
+            **attrs,
+        },
+    }
+    return bool(
+        admin.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)["status"]["allowed"]
+    )
+
+
+def test_fpga_plugin_pods_run_as_the_node_getter_service_account(
+    installed: Installed, admin: KubeClient, crs: Callable[..., JSON], kwok_nodes: Callable[..., list[str]]
+) -> None:
+    """The FPGA DaemonSet's pods run under the shipped FPGA ServiceAccount, which may get a node (the mode
+    annotation) and nothing more: not list nodes, not read secrets; other kinds get no token at all."""
+    pool = unique("fpga-sa")
+    (node,) = kwok_nodes(1, labels={TEST_LABEL: pool})
+    crs(DeviceKind.FPGA, pool, {"nodeSelector": {TEST_LABEL: pool}})
+    ds = wait_daemonset_ready(admin, NS, DeviceKind.FPGA.daemonset_name(pool), expected=1, timeout=120)
+    pod_spec = ds["spec"]["template"]["spec"]
+    assert pod_spec["serviceAccountName"] == FPGA_PLUGIN_SA
+    assert pod_spec.get("automountServiceAccountToken") is not False
+    pods = admin.get(f"/api/v1/namespaces/{NS}/pods?labelSelector=app={DeviceKind.FPGA.daemonset_base}")
+    assert {p["spec"]["serviceAccountName"] for p in pods["items"] if p["spec"]["nodeName"] == node} == {
+        FPGA_PLUGIN_SA
+    }
+    may = functools.partial(service_account_may, admin, FPGA_PLUGIN_SA)
+    ra = "resourceAttributes"
+    assert may({ra: {"resource": "nodes", "verb": "get", "name": node}})
+    assert not may({ra: {"resource": "nodes", "verb": "list"}})
+    assert not may({ra: {"resource": "nodes", "verb": "patch", "name": node}})
+    assert not may({ra: {"resource": "secrets", "verb": "get", "namespace": NS, "name": SECRET}})
+    assert not may({ra: {"resource": "secrets", "verb": "list", "namespace": NS}})
+    # the namespace's default ServiceAccount, which the other kinds' pods run under, cannot read nodes
+    assert not service_account_may(admin, "default", {ra: {"resource": "nodes", "verb": "get", "name": node}})
+
+
 def test_operator_identity_is_only_the_service_account(installed: Installed, admin: KubeClient) -> None:
     """Its credentials are the ServiceAccount token; its rights are the shipped roles only."""
     kubeconfig = yaml.safe_load(installed.sa_kubeconfig.read_text())
     (user,) = kubeconfig["users"]
     assert user["name"] == f"system:serviceaccount:{NS}:{SA}"
-    sa_user = f"system:serviceaccount:{NS}:{SA}"
-
-    def allowed(attrs: dict[str, Any]) -> bool:
-        review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": sa_user,
-                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NS}"],
-                **attrs,
-            },
-        }
-        return bool(
-            admin.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)["status"]["allowed"]
-        )
+    allowed = functools.partial(service_account_may, admin, SA)
 
     ra = "resourceAttributes"
     assert allowed({ra: {"group": "apps", "resource": "daemonsets", "verb": "patch", "namespace": NS}})

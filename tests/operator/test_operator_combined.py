@@ -105,6 +105,14 @@ def test_fpga_keeps_the_token() -> None:
     assert "automountServiceAccountToken" not in pod(combined_daemonset(members, NS))
 
 
+def test_the_fpga_service_account_is_used_only_when_fpga_is_a_member() -> None:
+    sa = "intel-deviceplugins-fpga-plugin"
+    with_fpga = [sample_member(DeviceKind.GPU), sample_member(DeviceKind.FPGA)]
+    without = [sample_member(DeviceKind.GPU), sample_member(DeviceKind.QAT)]
+    assert pod(combined_daemonset(with_fpga, NS, fpga_service_account=sa))["serviceAccountName"] == sa
+    assert "serviceAccountName" not in pod(combined_daemonset(without, NS, fpga_service_account=sa))
+
+
 def test_one_cr_per_kind_is_served() -> None:
     spec = parse_spec(DeviceKind.GPU, {})
     a, b = Member(spec, Owner(DeviceKind.GPU, "b", "1")), Member(spec, Owner(DeviceKind.GPU, "a", "2"))

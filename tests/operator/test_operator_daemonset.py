@@ -386,6 +386,28 @@ def test_fpga_keeps_its_token_for_the_node_mode_annotation() -> None:
     assert "automountServiceAccountToken" not in pod(build(DeviceKind.FPGA, {}))
 
 
+FPGA_SA = "intel-deviceplugins-fpga-plugin"
+
+
+def test_fpga_runs_under_the_given_service_account() -> None:
+    parsed = parse_spec(DeviceKind.FPGA, {})
+    ds = desired_daemonset(
+        parsed, Owner(DeviceKind.FPGA, "sample", "uid-1"), NS, fpga_service_account=FPGA_SA
+    )
+    assert pod(ds)["serviceAccountName"] == FPGA_SA
+
+
+def test_without_a_service_account_fpga_keeps_the_namespace_default() -> None:
+    assert "serviceAccountName" not in pod(build(DeviceKind.FPGA, {}))
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k is not DeviceKind.FPGA], ids=lambda k: k.value)
+def test_other_kinds_never_get_the_fpga_service_account(kind: DeviceKind) -> None:
+    parsed = parse_spec(kind, {"image": f"intel/intel-{kind.value}-plugin:0.36.0"})
+    ds = desired_daemonset(parsed, Owner(kind, "sample", "uid-1"), NS, fpga_service_account=FPGA_SA)
+    assert "serviceAccountName" not in pod(ds)
+
+
 def test_dlb_sysfs_devices_volume_is_directory_or_create() -> None:
     ds = build(DeviceKind.DLB, {"initImage": INIT.format("dlb-initcontainer")})
     assert volumes(ds)["sysfs-devices"]["hostPath"] == {"path": "/sys/devices", "type": "DirectoryOrCreate"}

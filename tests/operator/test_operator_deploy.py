@@ -108,8 +108,36 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
         assert all(r.get("resourceNames") and "create" not in r["verbs"] for r in secrets)
     crs = next(r for r in cluster if "gpudeviceplugins" in r.get("resources", []))
     assert set(crs["verbs"]) == {"get", "list", "watch"}
+    fpga_sa = "intel-deviceplugins-fpga-plugin"
     for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
-        assert binding["subjects"][0]["name"] == "intel-deviceplugins-controller-manager"
+        (subject,) = binding["subjects"]
+        assert subject["name"] in ("intel-deviceplugins-controller-manager", fpga_sa)
+        if subject["name"] == fpga_sa:
+            assert binding["roleRef"]["kind"] == "ClusterRole"
+            (role,) = (
+                d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"] == binding["roleRef"]["name"]
+            )
+            assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+
+
+@pytest.mark.parametrize("overlay", ["default", "self-signed", "overlays/combined", "overlays/ha"])
+def test_fpga_plugin_service_account_is_shipped_and_named_to_the_operator(overlay: str) -> None:
+    """The name the Deployment hands the operator is the ServiceAccount's name after the name prefix, and
+    that ServiceAccount is bound to getting nodes only."""
+    docs = render(DEPLOY / "operator" / overlay)
+    (dep,) = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    name = env["FPGA_PLUGIN_SERVICE_ACCOUNT"]
+    (sa,) = (d for d in by_kind(docs, "ServiceAccount") if d["metadata"]["name"] == name)
+    assert sa["metadata"]["namespace"] == dep["metadata"]["namespace"]
+    bindings = [
+        b
+        for b in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding")
+        if {"kind": "ServiceAccount", "name": name, "namespace": sa["metadata"]["namespace"]} in b["subjects"]
+    ]
+    (binding,) = bindings
+    (role,) = (d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"] == binding["roleRef"]["name"])
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
 
 
 def test_operator_deployment() -> None:

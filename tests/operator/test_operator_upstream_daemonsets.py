@@ -20,6 +20,7 @@ from intel_device_plugins.operator.upgrade import effective_spec
 
 DATA = Path(__file__).parent / "data" / "upstream_sample_daemonsets.yaml"
 NAMESPACE = "inteldeviceplugins-system"
+FPGA_SERVICE_ACCOUNT = "intel-deviceplugins-fpga-plugin"  # as the shipped Deployment names it
 MISSING = object()
 
 
@@ -94,7 +95,7 @@ def differences_for(kind: str) -> list[dict[str, Any]]:
 def ours(kind: DeviceKind, uid: str) -> dict[str, Any]:
     sample = copy.deepcopy(load()["samples"][kind.value])
     sample["metadata"]["uid"] = uid
-    daemonset = plan(kind, sample, {}, NAMESPACE).daemonset
+    daemonset = plan(kind, sample, {}, NAMESPACE, fpga_service_account=FPGA_SERVICE_ACCOUNT).daemonset
     assert daemonset is not None
     return daemonset
 

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from intel_device_plugins.operator.selfcerts import SelfManagedCerts
 
 DEFAULT_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
+# ServiceAccount for FPGA plugin pods, set by the install (whose name prefix may change it); unset keeps
+# the namespace's default ServiceAccount, which usually cannot read the node's mode annotation.
+FPGA_SERVICE_ACCOUNT_ENV: Final = "FPGA_PLUGIN_SERVICE_ACCOUNT"
 log = logging.getLogger("intel_deviceplugin_operator")
 
 
@@ -270,6 +273,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
             image_env(env, opts.deviceplugin_image),
             env.get("DEVICEPLUGIN_SECRET", ""),
             workers=opts.workers,
+            fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
             combined=combined_mode(opts.combined_plugin_process, env),
         )
         log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)

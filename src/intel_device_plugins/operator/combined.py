@@ -105,13 +105,20 @@ def combined_args(specs: Sequence[AnySpec]) -> list[str]:
     return args
 
 
-def combined_daemonset(members: Sequence[Member], namespace: str, pull_secret: str = "") -> JSON:
-    """The one DaemonSet that runs every member's kind in one process per node."""
+def combined_daemonset(
+    members: Sequence[Member], namespace: str, pull_secret: str = "", fpga_service_account: str = ""
+) -> JSON:
+    """The one DaemonSet that runs every member's kind in one process per node.
+
+    It runs under the FPGA plugin's ServiceAccount when FPGA is a member (the only kind that needs one).
+    """
     if not members:
         raise ValueError("the combined DaemonSet needs at least one device kind")
     pods = [
         _rename(
-            desired_daemonset(m.spec, m.owner, namespace, pull_secret)["spec"]["template"]["spec"],
+            desired_daemonset(m.spec, m.owner, namespace, pull_secret, fpga_service_account)["spec"][
+                "template"
+            ]["spec"],
             m.spec.KIND.value,
         )
         for m in members
@@ -180,6 +187,9 @@ def combined_daemonset(members: Sequence[Member], namespace: str, pull_secret: s
     automount = [TEMPLATES[k].automount_token for k in kinds]
     if all(a is False for a in automount):
         pod_spec["automountServiceAccountToken"] = False
+    for pod in pods:
+        if "serviceAccountName" in pod:
+            pod_spec["serviceAccountName"] = pod["serviceAccountName"]
     if init_containers:
         pod_spec["initContainers"] = init_containers
     if tolerations:

@@ -62,6 +62,8 @@ class ControllerConfig:
     image_env: Mapping[str, str]
     pull_secret: str = ""
     workers: int = 2
+    fpga_service_account: str = ""
+    """ServiceAccount of FPGA plugin pods (it may get nodes); empty runs them under the namespace default."""
     resync_s: float = 300.0
     combined: bool = False
     """Run every enabled kind in one ``intel_device_plugins`` process per node (one DaemonSet for all CRs)."""
@@ -196,7 +198,14 @@ class Reconciler:
         raw_status = cr.get("status")
         current: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
         generation = meta.get("generation")
-        p = plan(kind, cr, self.cfg.image_env, self.cfg.namespace, self.cfg.pull_secret)
+        p = plan(
+            kind,
+            cr,
+            self.cfg.image_env,
+            self.cfg.namespace,
+            self.cfg.pull_secret,
+            self.cfg.fpga_service_account,
+        )
         for note in p.image_notes:
             log.info("%s/%s: %s", kind.kind, name, note)
         if p.daemonset is None:
@@ -289,7 +298,9 @@ class Reconciler:
         ds = await self.client.patch(
             DaemonSet,
             COMBINED_NAME,
-            combined_daemonset(served, self.cfg.namespace, self.cfg.pull_secret),
+            combined_daemonset(
+                served, self.cfg.namespace, self.cfg.pull_secret, self.cfg.fpga_service_account
+            ),
             namespace=self.cfg.namespace,
             patch_type=PatchType.APPLY,
             field_manager=FIELD_MANAGER,

@@ -471,8 +471,14 @@ def node_selector(spec: AnySpec) -> dict[str, str]:
     return selector
 
 
-def desired_daemonset(spec: AnySpec, owner: Owner, namespace: str, pull_secret: str = "") -> JSON:
-    """Complete DaemonSet for ``spec`` (already carrying its effective images) owned by ``owner``."""
+def desired_daemonset(
+    spec: AnySpec, owner: Owner, namespace: str, pull_secret: str = "", fpga_service_account: str = ""
+) -> JSON:
+    """Complete DaemonSet for ``spec`` (already carrying its effective images) owned by ``owner``.
+
+    ``fpga_service_account`` names the ServiceAccount of FPGA plugin pods: the plugin reads its node's
+    mode annotation, which the namespace's default ServiceAccount may not. Empty keeps the default one.
+    """
     kind = spec.KIND
     tmpl = TEMPLATES[kind]
     app = {"app": kind.daemonset_base}
@@ -484,6 +490,8 @@ def desired_daemonset(spec: AnySpec, owner: Owner, namespace: str, pull_secret: 
     }
     if tmpl.automount_token is not None:
         pod["automountServiceAccountToken"] = tmpl.automount_token
+    if kind is DeviceKind.FPGA and fpga_service_account:
+        pod["serviceAccountName"] = fpga_service_account
     if init_containers:
         pod["initContainers"] = init_containers
     if spec.tolerations is not None:

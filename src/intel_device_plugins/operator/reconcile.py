@@ -41,7 +41,12 @@ class Plan:
 
 
 def plan(
-    kind: DeviceKind, cr: Mapping[str, Any], env: Mapping[str, str], namespace: str, pull_secret: str = ""
+    kind: DeviceKind,
+    cr: Mapping[str, Any],
+    env: Mapping[str, str],
+    namespace: str,
+    pull_secret: str = "",
+    fpga_service_account: str = "",
 ) -> Plan:
     """Desired DaemonSet for the CR object ``cr``; a malformed spec yields errors instead of an exception."""
     meta = cr.get("metadata")
@@ -55,7 +60,9 @@ def plan(
     except SpecError as exc:
         return Plan(None, errors=exc.errors)
     eff, notes = effective_spec(spec, env)
-    return Plan(desired_daemonset(eff, Owner(kind, name, uid), namespace, pull_secret), notes)
+    return Plan(
+        desired_daemonset(eff, Owner(kind, name, uid), namespace, pull_secret, fpga_service_account), notes
+    )
 
 
 def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
