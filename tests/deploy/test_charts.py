@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "charts"
 OPERATOR_CHART = CHARTS / "intel-device-plugins-operator"
 CRS_CHART = CHARTS / "intel-device-plugins-crs"
+RMD_CHART = CHARTS / "intel-rmd-operator"
 DEPLOY = ROOT / "deploy" / "operator"
 STANDALONE_WEBHOOKS = ROOT / "deploy" / "webhooks"
 RMD = ROOT / "deploy" / "rmd"
@@ -69,8 +70,8 @@ def _objects(text: str) -> dict[tuple[str, str], Obj]:
     return out
 
 
-def _template(helm: Path, chart: Path, *sets: str) -> dict[tuple[str, str], Obj]:
-    args: list[str | Path] = [helm, "template", "idp", chart, "--namespace", NAMESPACE, "--include-crds"]
+def _template(helm: Path, chart: Path, *sets: str, namespace: str = NAMESPACE) -> dict[tuple[str, str], Obj]:
+    args: list[str | Path] = [helm, "template", "idp", chart, "--namespace", namespace, "--include-crds"]
     for s in sets:
         args += ["--set", s]
     return _objects(_run(args))
@@ -124,8 +125,9 @@ def test_network_policy_can_be_left_out_or_given_the_clusters_pod_networks(helm:
 
 
 def test_charts_lint(helm: Path) -> None:
-    for chart in (OPERATOR_CHART, CRS_CHART):
+    for chart in (OPERATOR_CHART, CRS_CHART, RMD_CHART):
         _run([helm, "lint", "--strict", chart])
+    _run([helm, "lint", "--strict", RMD_CHART, "--set", "createNamespace=true,nodeFeatureRule=true"])
     _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", "certificates=self-signed"])
     _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", "combinedPluginProcess=true"])
 
@@ -215,9 +217,70 @@ def test_registry_and_tag_are_set_in_one_place(helm: Path, kubectl: Path, tmp_pa
 
 
 def test_chart_versions_follow_the_package() -> None:
-    for chart in (OPERATOR_CHART, CRS_CHART):
+    for chart in (OPERATOR_CHART, CRS_CHART, RMD_CHART):
         meta = yaml.safe_load((chart / "Chart.yaml").read_text())
         assert meta["version"] == meta["appVersion"] == images.PROJECT_VERSION, chart
     for crd in (ROOT / "deploy" / "crds").rglob("*.yaml"):
         if crd.name != "kustomization.yaml":
             assert (OPERATOR_CHART / "crds" / crd.name).read_bytes() == crd.read_bytes(), crd.name
+    crds = RMD / "crds"
+    copies = sorted(p.name for p in (RMD_CHART / "crds").iterdir())
+    assert copies == sorted(p.name for p in crds.glob("*.yaml") if p.name != "kustomization.yaml")
+    for name in copies:
+        assert (RMD_CHART / "crds" / name).read_bytes() == (crds / name).read_bytes(), name
+
+
+# The RMD operator's own namespace (deploy/rmd names it; the chart takes the release namespace).
+RMD_NAMESPACE = "intel-rmd"
+RMD_OPERATOR = ("Deployment", "intel-rmd-operator")
+
+
+def _rmd_template(helm: Path, *sets: str) -> dict[tuple[str, str], Obj]:
+    return _template(helm, RMD_CHART, *sets, namespace=RMD_NAMESPACE)
+
+
+def test_rmd_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path) -> None:
+    kustomized = _kustomize(kubectl, RMD / "default")
+    assert _diff(_rmd_template(helm, "createNamespace=true"), kustomized) == []
+    namespace = ("Namespace", RMD_NAMESPACE)
+    without = {k: v for k, v in kustomized.items() if k != namespace}
+    assert namespace in kustomized
+    assert _diff(_rmd_template(helm), without) == []
+    with_rule = _rmd_template(helm, "createNamespace=true", "nodeFeatureRule=true")
+    assert _diff(with_rule, kustomized | _kustomize(kubectl, RMD / "nfd")) == []
+
+
+def test_rmd_chart_follows_the_release_namespace(helm: Path) -> None:
+    objs = _template(helm, RMD_CHART, "createNamespace=true", namespace="rmd-elsewhere")
+    namespaced = [o for o in objs.values() if "namespace" in o["metadata"]]
+    assert namespaced and {o["metadata"]["namespace"] for o in namespaced} == {"rmd-elsewhere"}
+    assert ("Namespace", "rmd-elsewhere") in objs
+    subjects = [s for o in objs.values() for s in o.get("subjects", [])]
+    assert subjects and {s["namespace"] for s in subjects} == {"rmd-elsewhere"}
+
+
+def test_rmd_chart_images_come_from_one_repository_and_tag(helm: Path, kubectl: Path, tmp_path: Path) -> None:
+    default = _rmd_template(helm)
+    assert set(_image_strings(default)) == {images.operator_image(), images.node_image()}
+    prefix, tag = "registry.example:5000/team", "9.9.9"
+    chart = _rmd_template(helm, f"image.repository={prefix}/", f"image.tag={tag}", "image.pullPolicy=Always")
+    (container,) = chart[RMD_OPERATOR]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == images.operator_image(prefix, tag)
+    assert container["imagePullPolicy"] == "Always"
+    (node_image,) = (e["value"] for e in container["env"] if e["name"] == rmd_images.NODE_IMAGE_ENV)
+    assert node_image == images.node_image(prefix, tag)
+    # The same rewrite through kustomize `images:` gives the same Deployment (but for the pull policy).
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    entries = [
+        {"name": f"{images.DEFAULT_IMAGE_PREFIX}/{name}", "newName": f"{prefix}/{name}", "newTag": tag}
+        for name in (images.OPERATOR_IMAGE_NAME, images.NODE_IMAGE_NAME)
+    ]
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": [os.path.relpath(RMD / "default", overlay)], "images": entries})
+    )
+    del container["imagePullPolicy"]
+    assert chart[RMD_OPERATOR] == _kustomize(kubectl, overlay)[RMD_OPERATOR]
+    secrets = _rmd_template(helm, "imagePullSecrets[0].name=pull")
+    pod_spec = secrets[RMD_OPERATOR]["spec"]["template"]["spec"]
+    assert pod_spec["imagePullSecrets"] == [{"name": "pull"}]
