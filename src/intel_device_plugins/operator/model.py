@@ -13,8 +13,9 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
 from intel_device_plugins.operator.kinds import DeviceKind
-
-JSONSchema = dict[str, Any]
+from intel_device_plugins.schemacheck import FieldError as FieldError
+from intel_device_plugins.schemacheck import JSONSchema as JSONSchema
+from intel_device_plugins.schemacheck import check_value
 
 _EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
 
@@ -404,17 +405,6 @@ class PluginStatus:
 # Parsing
 
 
-@dataclasses.dataclass(frozen=True)
-class FieldError:
-    """A problem with one field; ``path`` is the JSON path such as ``spec.sharedDevNum``."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
 class SpecError(ValueError):
     """Raised when a spec cannot be turned into its typed model; carries every field error found."""
 
@@ -428,47 +418,11 @@ def spec_fields(cls: type[CommonSpec]) -> tuple[dataclasses.Field[Any], ...]:
     return tuple(sorted(dataclasses.fields(cls), key=lambda f: str(f.metadata["json"])))
 
 
-def _check_type(path: str, value: Any, schema: JSONSchema, errors: list[FieldError]) -> Any:
-    """Coerce ``value`` per its schema or record an error naming ``path``; returns the parsed value."""
-    typ = schema.get("type")
-    if typ == "string":
-        if not isinstance(value, str):
-            errors.append(FieldError(path, "must be a string"))
-            return None
-        if "enum" in schema and value not in schema["enum"]:
-            allowed = ", ".join(f'"{v}"' for v in schema["enum"])
-            errors.append(FieldError(path, f'unsupported value "{value}": supported values: {allowed}'))
-        return value
-    if typ == "integer":
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(FieldError(path, "must be an integer"))
-            return None
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(FieldError(path, f"should be greater than or equal to {schema['minimum']}"))
-        return value
-    if typ == "boolean":
-        if not isinstance(value, bool):
-            errors.append(FieldError(path, "must be a boolean"))
-            return None
-        return value
-    if typ == "array":
-        if not isinstance(value, list):
-            errors.append(FieldError(path, "must be a list"))
-            return None
-        return tuple(_check_type(f"{path}[{i}]", v, schema["items"], errors) for i, v in enumerate(value))
-    if typ == "object":
-        if not isinstance(value, Mapping):
-            errors.append(FieldError(path, "must be an object"))
-            return None
-        return value
-    raise AssertionError(f"unhandled schema type {typ!r}")
-
-
 def _parse_toleration(path: str, raw: Mapping[str, Any], errors: list[FieldError]) -> Toleration:
     vals: dict[str, Any] = {}
     for key, sub in TOLERATION_SCHEMA["properties"].items():
         if raw.get(key) is not None:
-            vals[key] = _check_type(f"{path}.{key}", raw[key], sub, errors)
+            vals[key] = check_value(f"{path}.{key}", raw[key], sub, errors)
     return Toleration(
         key=vals.get("key") or "",
         operator=vals.get("operator") or "",
@@ -508,14 +462,14 @@ def parse_spec(kind: DeviceKind, raw: Mapping[str, Any] | None) -> AnySpec:
                         errors.append(FieldError(f"{path}[{i}]", "must be an object"))
                 kwargs["tolerations"] = tuple(tols)
         elif json_name == "nodeSelector":
-            parsed = _check_type(path, value, {"type": "object"}, errors)
+            parsed = check_value(path, value, {"type": "object"}, errors)
             if parsed is not None:
                 bad = [k for k, v in parsed.items() if not isinstance(v, str)]
                 for k in bad:
                     errors.append(FieldError(f"{path}.{k}", "must be a string"))
                 kwargs["node_selector"] = MappingProxyType({str(k): str(v) for k, v in parsed.items()})
         else:
-            parsed = _check_type(path, value, f.metadata["schema"], errors)
+            parsed = check_value(path, value, f.metadata["schema"], errors)
             if parsed is not None:
                 kwargs[f.name] = parsed
     if errors:

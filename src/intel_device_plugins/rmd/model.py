@@ -11,15 +11,15 @@ these classes, so a field or a rule exists in exactly one place.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar
 
 from intel_device_plugins.operator.model import FieldError, SpecError
 from intel_device_plugins.rmd import cpuset
+from intel_device_plugins.schemacheck import JSONSchema, PatternCheck, check_value
 
-__all__ = ["FieldError", "SpecError"]
+__all__ = ["FieldError", "JSONSchema", "SpecError"]
 
 GROUP: Final = "intel.com"
 VERSION: Final = "v1alpha1"
@@ -27,7 +27,6 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 CONFIG_NAME: Final = "rmdconfig"  # RmdConfig is a singleton with this name
 NODE_STATE_PREFIX: Final = "rmd-node-state-"
 
-JSONSchema = dict[str, Any]
 _EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
 _MAX_LIST: Final = 1024  # bounds list sizes (and the cost of the CEL rules over them)
 _MAX_STR: Final = 253
@@ -311,59 +310,15 @@ def schema_of(cls: type[Model], description: str | None = None) -> JSONSchema:
 # Parsing
 
 
-def _scalar(path: str, value: Any, schema: JSONSchema, errors: list[FieldError]) -> Any:
-    typ = schema["type"]
-    if typ == "string":
-        if not isinstance(value, str):
-            errors.append(FieldError(path, "must be a string"))
-            return None
-        if "enum" in schema and value not in schema["enum"]:
-            allowed = ", ".join(f'"{v}"' for v in schema["enum"])
-            errors.append(FieldError(path, f'unsupported value "{value}": supported values: {allowed}'))
-        if len(value) > schema.get("maxLength", len(value)) or len(value) < schema.get("minLength", 0):
-            errors.append(
-                FieldError(path, f"length must be {schema.get('minLength', 0)}-{schema['maxLength']}")
-            )
-        if "pattern" in schema:
-            if schema["pattern"] == cpuset.CPUSET_PATTERN:
-                try:
-                    cpuset.parse(value)
-                except cpuset.CpusetError as exc:
-                    errors.append(FieldError(path, str(exc)))
-            elif re.fullmatch(schema["pattern"].strip("^$"), value) is None:
-                errors.append(FieldError(path, f'"{value}" does not match {schema["pattern"]}'))
-        return value
-    if typ == "integer":
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(FieldError(path, "must be an integer"))
-            return None
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(FieldError(path, f"should be greater than or equal to {schema['minimum']}"))
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(FieldError(path, f"should be less than or equal to {schema['maximum']}"))
-        return value
-    if typ == "boolean":
-        if not isinstance(value, bool):
-            errors.append(FieldError(path, "must be a boolean"))
-            return None
-        return value
-    if typ == "array":
-        if not isinstance(value, list):
-            errors.append(FieldError(path, "must be a list"))
-            return None
-        if len(value) > schema.get("maxItems", len(value)):
-            errors.append(FieldError(path, f"must have at most {schema['maxItems']} items"))
-        return tuple(_scalar(f"{path}[{i}]", v, schema["items"], errors) for i, v in enumerate(value))
-    if typ == "object":
-        if not isinstance(value, Mapping):
-            errors.append(FieldError(path, "must be an object"))
-            return None
-        if schema.get("x-kubernetes-preserve-unknown-fields"):
-            return MappingProxyType(dict(value))
-        for k, v in value.items():
-            _scalar(f"{path}.{k}", v, schema["additionalProperties"], errors)
-        return MappingProxyType({str(k): str(v) for k, v in value.items()})
-    raise AssertionError(f"unhandled schema type {typ!r}")
+def _cpuset_error(value: str) -> str | None:
+    try:
+        cpuset.parse(value)
+    except cpuset.CpusetError as exc:
+        return str(exc)
+    return None
+
+
+_PATTERN_CHECKS: Final[Mapping[str, PatternCheck]] = MappingProxyType({cpuset.CPUSET_PATTERN: _cpuset_error})
 
 
 def _parse_into(cls: type[M], raw: Any, path: str, errors: list[FieldError]) -> M | None:
@@ -384,7 +339,7 @@ def _parse_into(cls: type[M], raw: Any, path: str, errors: list[FieldError]) -> 
         if model is not None:
             parsed = _parse_into(model, raw[json_name], sub_path, errors)
         else:
-            parsed = _scalar(sub_path, raw[json_name], f.metadata["schema"], errors)
+            parsed = check_value(sub_path, raw[json_name], f.metadata["schema"], errors, _PATTERN_CHECKS)
         if parsed is not None:
             kwargs[f.name] = parsed
     if len(errors) > before:
