@@ -24,6 +24,10 @@ from k8stest.process import ManagedProcess, free_port, port_is_listening
 # Endpoints for it, but it needs a non-loopback advertise address to start without a default route.
 ADVERTISE_ADDRESS = "192.0.2.1"  # TEST-NET-1 (RFC 5737)
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SERVICE_CIDR = "10.0.0.0/24"
+# The ``kubernetes`` Service's ClusterIP (the range's first address): in-cluster clients connect to
+# it, so the serving certificate names it too.
+KUBERNETES_SERVICE_IP = "10.0.0.1"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 # The stage files kwok >= 0.8 needs: nodes become Ready and keep heartbeating, pods on them
@@ -226,7 +230,7 @@ def start_control_plane(
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     logs = workdir / "logs"
-    pki = make_pki(workdir / "pki")
+    pki = make_pki(workdir / "pki", hosts=("127.0.0.1", "localhost", KUBERNETES_SERVICE_IP))
     ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
     tokens = _write_tokens(workdir / "tokens.csv")
     server = f"https://127.0.0.1:{ports.apiserver}"
@@ -289,7 +293,7 @@ def start_control_plane(
                     f"--service-account-key-file={pki.sa_pub}",
                     f"--service-account-signing-key-file={pki.sa_key}",
                     "--authorization-mode=Node,RBAC",
-                    "--service-cluster-ip-range=10.0.0.0/24",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
                     "--allow-privileged=true",
                     # Default admission plugins stay on: KCM runs, so ServiceAccount admission works.
                     # No rate limits: 1000 kwok nodes heartbeat and a DaemonSet creates 1000 pods.

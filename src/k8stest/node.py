@@ -10,9 +10,11 @@ machine it runs on:
   kubelet needs (cgroups, CPU topology), ``/var/lib`` and ``/run`` are fresh tmpfs instances,
   ``/var/lib/kubelet`` and ``/var/log`` are work-directory bind mounts, and the six ``/proc/sys``
   values the kubelet would otherwise set are files holding the values it wants.
-- containerd, and with it every pod, runs in a network namespace of its own; the CNI bridge lives
-  there. The kubelet stays in the host network namespace to reach the API server on loopback and
-  listens on 127.0.0.1 only.
+- The kubelet, containerd and every pod share a network namespace of the node's own; the CNI bridge
+  lives there. :mod:`k8stest.nodeproxy` joins it to the control plane on the machine's loopback:
+  it serves the Services' ClusterIPs inside the node (the ``kubernetes`` Service leads to the API
+  server) and carries the API server's own calls into the node (webhooks, logs) through the API
+  server's egress selector (:func:`start_node_control_plane`).
 - All node processes and containers live below one cgroup (``/k8stest-<id>`` in every v1
   hierarchy), which is how :meth:`RealNode.stop` finds and kills every one of them.
 
@@ -23,12 +25,14 @@ control plane's CA, so the Node authorizer applies to it as to any real kubelet.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
 import secrets
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -44,9 +48,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from k8stest.binaries import in_ci, repo_root
-from k8stest.controlplane import ControlPlane
-from k8stest.kubeclient import JSON, ApiError, wait_for
+from k8stest.binaries import Binaries, in_ci, repo_root
+from k8stest.controlplane import (
+    KUBERNETES_SERVICE_IP,
+    SERVICE_CIDR,
+    ControlPlane,
+    ControlPlaneConfig,
+    start_control_plane,
+)
+from k8stest.kubeclient import JSON, ApiError, Credentials, wait_for
 from k8stest.ociimage import (
     PAUSE_IMAGE,
     WORKLOAD_IMAGE,
@@ -183,6 +193,9 @@ class NodeConfig:
     # Registered with the node: keeps pods of other test modules sharing the control plane (kwok
     # DaemonSets select every amd64 node) off it. Pods meant for it tolerate REAL_NODE_TAINT.
     taints: tuple[Mapping[str, str], ...] = (REAL_NODE_TAINT,)
+    # The node's address inside its network namespace: the kubelet registers it as InternalIP and
+    # serves on it; the API server reaches it through the egress proxy.
+    node_ip: str = "10.89.0.1"
 
 
 @dataclass(frozen=True)
@@ -228,6 +241,10 @@ class NodeLayout:
     def logs(self) -> Path:
         return self.workdir / "logs"
 
+    @property
+    def proxy_ready(self) -> Path:
+        return self.workdir / "proxy.ready"
+
 
 def kubelet_configuration(
     config: NodeConfig, layout: NodeLayout, *, ca_file: Path, port: int, healthz_port: int
@@ -243,7 +260,7 @@ def kubelet_configuration(
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": layout.cgroup,
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
-        "address": "127.0.0.1",
+        "address": config.node_ip,
         "port": port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -356,6 +373,89 @@ def cni_configuration(config: NodeConfig) -> JSON:
             }
         ],
     }
+
+
+EGRESS_SOCKET_NAME = "cluster-egress.sock"
+
+
+def egress_selector_configuration(socket_path: Path) -> JSON:
+    """The API server's EgressSelectorConfiguration: "cluster" traffic (webhooks, kubelet, pods)
+    as HTTP CONNECT over ``socket_path``, where the node's proxy dials into the node network."""
+    return {
+        "apiVersion": "apiserver.k8s.io/v1beta1",
+        "kind": "EgressSelectorConfiguration",
+        "egressSelections": [
+            {
+                "name": "cluster",
+                "connection": {
+                    "proxyProtocol": "HTTPConnect",
+                    "transport": {"uds": {"udsName": str(socket_path)}},
+                },
+            }
+        ],
+    }
+
+
+def start_node_control_plane(
+    bins: Binaries, workdir: Path, config: ControlPlaneConfig | None = None
+) -> ControlPlane:
+    """A control plane for one real node: no kwok, and "cluster" egress through the node's proxy.
+
+    Why a control plane of its own: its API server sends every call into the cluster (webhooks
+    included) through the node, which only works for a cluster made of that node.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    egress = workdir / "egress-selector.json"
+    egress.write_text(json.dumps(egress_selector_configuration(workdir / EGRESS_SOCKET_NAME), indent=1))
+    cfg = config or ControlPlaneConfig()
+    return start_control_plane(
+        bins,
+        workdir,
+        dataclasses.replace(
+            cfg,
+            with_kwok=False,
+            extra_apiserver_flags=(*cfg.extra_apiserver_flags, f"--egress-selector-config-file={egress}"),
+        ),
+    )
+
+
+def egress_socket(cp: ControlPlane) -> Path | None:
+    """Where this node's proxy should take the API server's "cluster" traffic; None when the
+    control plane has no egress selector or another node of it serves the socket already."""
+    path = cp.workdir / EGRESS_SOCKET_NAME
+    if not (cp.workdir / "egress-selector.json").exists():
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return path
+    return None
+
+
+def proxy_credentials(cp: ControlPlane) -> Credentials:
+    """A token for the node's service proxy: ServiceAccount ``kube-system/kube-proxy`` bound to
+    ``system:node-proxier``, the identity and role a kube-proxy gets on a kubeadm cluster."""
+    creds = cp.service_account_credentials("kube-system", "kube-proxy", expiration_seconds=86400)
+    c = cp.client()
+    try:
+        c.apply_ok(
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "k8stest:node-proxier"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "system:node-proxier",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}],
+            },
+        )
+    finally:
+        c.close()
+    return creds
 
 
 # ----- the node's /sys and /dev (host-side preparation) ---------------------------------------
@@ -765,9 +865,31 @@ def start_real_node(
     key_file.write_bytes(key)
     key_file.chmod(0o600)
     kubeconfig = workdir / "kubelet.kubeconfig"
+    # Inside the node the API server is the ``kubernetes`` Service (served by the node's proxy).
+    in_node_server = f"https://{KUBERNETES_SERVICE_IP}:443"
     kubeconfig.write_text(
-        client_cert_kubeconfig(cp.server, pki.ca_cert, cert_file, key_file, f"system:node:{cfg.name}")
+        client_cert_kubeconfig(in_node_server, pki.ca_cert, cert_file, key_file, f"system:node:{cfg.name}")
     )
+    creds = proxy_credentials(cp)
+    proxy_config = workdir / "proxy.json"
+    proxy_config.write_text(
+        json.dumps(
+            {
+                "credentials": {
+                    "server": creds.server,
+                    "ca_pem": creds.ca_pem.decode(),
+                    "token": creds.token,
+                    "user": creds.user,
+                },
+                "apiserver": {"ip": "127.0.0.1", "port": cp.ports.apiserver},
+                "kubernetes_service": {"ip": KUBERNETES_SERVICE_IP, "port": 443},
+                "egress_socket": str(egress_socket(cp) or ""),
+                "ready_file": str(layout.proxy_ready),
+            },
+            indent=1,
+        )
+    )
+    proxy_config.chmod(0o600)
     kubelet_port, healthz_port = free_port(), free_port()
     (workdir / "kubelet.yaml").write_text(
         json.dumps(
@@ -818,6 +940,12 @@ def start_real_node(
                 for n in KUBELET_SYSCTLS
             ),
         ],
+        "network": {"node_ip": cfg.node_ip, "service_cidr": SERVICE_CIDR},
+        "proxy": {
+            "argv": [sys.executable, "-m", "k8stest.nodeproxy", str(proxy_config)],
+            "log": str(layout.logs / "proxy.log"),
+            "ready_file": str(layout.proxy_ready),
+        },
         "containerd": {
             "argv": [str(bins.path("containerd")), f"--config={workdir / 'containerd.toml'}"],
             "socket": str(layout.containerd_socket),
@@ -830,6 +958,7 @@ def start_real_node(
                 f"--config={workdir / 'kubelet.yaml'}",
                 f"--kubeconfig={kubeconfig}",
                 f"--hostname-override={cfg.name}",
+                f"--node-ip={cfg.node_ip}",
                 *([f"--node-labels={labels}"] if labels else []),
                 "--v=2",
             ],

@@ -1,7 +1,9 @@
 """pytest fixtures for the real-node tier: one kubelet node, shared by a test module's session.
 
 Import them into a folder's ``conftest.py`` (``from k8stest.node_fixtures import *``); they build on
-``k8s_control_plane`` from :mod:`k8stest.pytest_plugin`.
+``k8s_binaries`` from :mod:`k8stest.pytest_plugin`. The node gets a control plane of its own
+(:func:`k8stest.node.start_node_control_plane`): the API server reaches webhooks and the kubelet
+only through the node.
 
 Policy as for the control plane: with ``CI=true`` anything missing (root, the node binaries,
 ``unshare``) fails the test; elsewhere the test skips and says how to get it.
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.sim.node import build_node, parse_node_spec
+from k8stest.binaries import Binaries
 from k8stest.controlplane import ControlPlane
 from k8stest.node import (
     NodeBinaries,
@@ -22,12 +25,13 @@ from k8stest.node import (
     RealNode,
     find_node_binaries,
     node_unavailable_reason,
+    start_node_control_plane,
     start_real_node,
     write_test_images,
 )
 from k8stest.pytest_plugin import _unavailable
 
-__all__ = ["NODE_PROFILE", "node_binaries", "node_images", "node_sim_root", "real_node"]
+__all__ = ["NODE_PROFILE", "node_binaries", "node_control_plane", "node_images", "node_sim_root", "real_node"]
 
 # The simulated hardware of the session node: two i915 GPUs (one with a MEI node) and one xe.
 NODE_PROFILE = """
@@ -70,9 +74,21 @@ def node_sim_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def node_control_plane(
+    k8s_binaries: Binaries, node_binaries: NodeBinaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """The real node's control plane (no kwok; the API server's cluster traffic goes through the node)."""
+    cp = start_node_control_plane(k8s_binaries, tmp_path_factory.mktemp("node-cp"))
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
 def real_node(
     node_binaries: NodeBinaries,
-    k8s_control_plane: ControlPlane,
+    node_control_plane: ControlPlane,
     node_images: Path,
     node_sim_root: Path,
     tmp_path_factory: pytest.TempPathFactory,
@@ -80,9 +96,9 @@ def real_node(
     """A Ready kubelet node named ``k8stest-node`` with :data:`NODE_PROFILE`'s devices."""
     node = start_real_node(
         node_binaries,
-        k8s_control_plane,
+        node_control_plane,
         tmp_path_factory.mktemp("real-node"),
-        NodeConfig(name="k8stest-node"),
+        NodeConfig(name="k8stest-node", taints=()),
         sim_root=node_sim_root,
         images=[node_images],
     )

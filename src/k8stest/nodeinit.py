@@ -1,10 +1,11 @@
 """The first process of a real node, run by :mod:`k8stest.node` inside ``unshare --mount``.
 
 It joins the node's cgroups, makes the mounts of the plan (so that containerd, runc, the kubelet
-and every container see the node's /sys, /dev, /var/lib/kubelet, …), starts containerd in a
-network namespace of its own, starts the kubelet when told to, and then supervises both: if one
-exits, it stops the other and exits, so the test side sees a dead node at once instead of a
-timeout; on SIGTERM it stops both (kubelet first).
+and every container see the node's /sys, /dev, /var/lib/kubelet, …), moves into the node's own
+network namespace (the node's address and the Service CIDR are local there), starts the service
+proxy (:mod:`k8stest.nodeproxy`) and containerd, starts the kubelet when told to, and then
+supervises all three: if one exits, it stops the others and exits, so the test side sees a dead
+node at once instead of a timeout; on SIGTERM it stops them (kubelet first).
 
 Usage: ``python -m k8stest.nodeinit <plan.json>`` (see ``start_real_node`` for the plan).
 """
@@ -20,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from k8stest import netns
 
 MS_BIND = 0x1000
 MS_REC = 0x4000
@@ -59,9 +62,45 @@ def join_cgroups(cgroup: str, hierarchies: list[str]) -> None:
         Path(h, cgroup.lstrip("/"), "node", "cgroup.procs").write_text(f"{os.getpid()}\n")
 
 
-def _start(argv: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _start(
+    argv: list[str], log: str, env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, pass_fds=pass_fds
+        )
+
+
+def enter_node_network(network: dict[str, str]) -> int:
+    """Move into a new network namespace and set it up; returns a descriptor of the old one.
+
+    The node's address goes on ``lo`` (the kubelet registers it and listens on it), and the
+    Service CIDR becomes a ``local`` route, so every ClusterIP is an address of the node that the
+    service proxy can listen on.
+    """
+    host = os.open("/proc/self/ns/net", os.O_RDONLY)
+    netns.unshare_network()
+    for cmd in (
+        ["ip", "link", "set", "lo", "up"],
+        ["ip", "addr", "add", f"{network['node_ip']}/32", "dev", "lo"],
+        ["ip", "route", "add", "local", network["service_cidr"], "dev", "lo"],
+    ):
+        subprocess.run(cmd, check=True, capture_output=True)
+    return host
+
+
+def start_proxy(proxy: dict[str, Any], host_netns: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the service proxy and wait until it serves (the kubelet needs it to reach the API)."""
+    ready = Path(proxy["ready_file"])
+    started = _start([*proxy["argv"], f"--host-netns-fd={host_netns}"], proxy["log"], env, (host_netns,))
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if started.poll() is not None:
+            raise RuntimeError(f"the service proxy exited with {started.returncode} (log: {proxy['log']})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the service proxy did not get ready in 30 s (log: {proxy['log']})")
+        time.sleep(0.05)
+    return started
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
@@ -100,12 +139,12 @@ def run(plan: dict[str, Any]) -> int:
     cd = plan["containerd"]
     env = dict(os.environ)
     env["PATH"] = f"{cd['path_prepend']}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
-    # A network namespace of containerd's own: the CNI bridge and every pod's veth live there.
-    containerd = _start(
-        ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *cd["argv"]],
-        cd["log"],
-        env,
-    )
+    # The node's network: containerd, the CNI bridge, every pod and the kubelet live there.
+    host_netns = enter_node_network(plan["network"])
+    proxy = start_proxy(plan["proxy"], host_netns, env)
+    os.close(host_netns)
+    print("service proxy serving", flush=True)
+    containerd = _start(cd["argv"], cd["log"], env)
     kubelet: subprocess.Popen[bytes] | None = None
     socket = Path(cd["socket"])
     go_file = Path(plan["ready_file"]).with_name("kubelet.go")
@@ -113,6 +152,9 @@ def run(plan: dict[str, Any]) -> int:
         while not stopping:
             if containerd.poll() is not None:
                 print(f"containerd exited with {containerd.returncode}", flush=True)
+                return 1
+            if proxy.poll() is not None:
+                print(f"the service proxy exited with {proxy.returncode}", flush=True)
                 return 1
             if kubelet is not None and kubelet.poll() is not None:
                 print(f"kubelet exited with {kubelet.returncode}", flush=True)
@@ -133,6 +175,7 @@ def run(plan: dict[str, Any]) -> int:
     finally:
         _stop(kubelet, 10)
         _stop(containerd, 10)
+        _stop(proxy, 5)
         print("node stopped", flush=True)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 # Applets the test pods use; each is a symlink to /bin/busybox.
 BUSYBOX_APPLETS = (
     "sh", "sleep", "test", "[", "ls", "cat", "stat", "echo", "true", "false", "readlink", "env",
-    "mkdir", "grep", "id", "wc", "ip", "hostname",
+    "mkdir", "grep", "id", "wc", "ip", "hostname", "nc", "seq",
 )  # fmt: skip
 
 WORKLOAD_IMAGE = "localhost/k8stest/busybox:1"

@@ -6,15 +6,15 @@ import pytest
 
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient
-from k8stest.node_fixtures import node_binaries, node_images, node_sim_root, real_node
+from k8stest.node_fixtures import node_binaries, node_control_plane, node_images, node_sim_root, real_node
 
-__all__ = ["client", "node_binaries", "node_images", "node_sim_root", "real_node"]
+__all__ = ["client", "node_binaries", "node_control_plane", "node_images", "node_sim_root", "real_node"]
 
 
 @pytest.fixture
-def client(k8s_control_plane: ControlPlane) -> Iterator[KubeClient]:
+def client(node_control_plane: ControlPlane) -> Iterator[KubeClient]:
     """An admin client for one test."""
-    c = k8s_control_plane.client()
+    c = node_control_plane.client()
     try:
         yield c
     finally:

@@ -83,14 +83,23 @@ def test_node_registers_ready_with_its_identity(real_node: RealNode, client: Kub
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
     assert node["status"]["capacity"]["pods"] == "30"
-    # Tainted, so pods of other tests sharing the control plane (DaemonSets for kwok nodes) stay off.
-    assert {"key": "k8stest.io/real-node", "effect": "NoSchedule"} in node["spec"]["taints"]
+    # The node's own address in its network namespace, as --node-ip set it.
+    addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+    assert addresses["InternalIP"] == NodeConfig().node_ip
+    assert not node["spec"].get("taints")
     assert real_node.started_in > 0
 
 
-def test_kubelet_has_a_node_identity_and_no_more(real_node: RealNode, k8s_binaries: Binaries) -> None:
+def test_kubelet_has_a_node_identity_and_no_more(
+    real_node: RealNode, k8s_binaries: Binaries, node_control_plane: ControlPlane
+) -> None:
     """The kubelet's certificate makes it system:node:<name>: it may read its Node, not Secrets."""
-    kubectl = [str(k8s_binaries.path("kubectl")), f"--kubeconfig={real_node.workdir / 'kubelet.kubeconfig'}"]
+    kubectl = [
+        str(k8s_binaries.path("kubectl")),
+        f"--kubeconfig={real_node.workdir / 'kubelet.kubeconfig'}",
+        # The kubeconfig names the kubernetes Service, which only exists inside the node.
+        f"--server={node_control_plane.server}",
+    ]
     own = subprocess.run(
         [*kubectl, "get", "node", real_node.name, "-o", "name"], capture_output=True, text=True
     )
@@ -109,6 +118,38 @@ def test_pod_is_scheduled_started_and_succeeds(
     assert pod["spec"]["nodeName"] == real_node.name  # chosen by the scheduler from the selector
     assert pod["status"]["podIP"].startswith("10.88.0.")  # the node's CNI bridge
     assert "hello from hello" in pod_log(real_node, "default", "hello")
+
+
+def test_pod_reaches_another_pod_through_its_service(
+    real_node: RealNode, client: KubeClient, pods: list[str]
+) -> None:
+    """A ClusterIP Service with a ready endpoint forwards to it; without one it refuses."""
+    server = workload_pod("echo-server", real_node.name, "while true; do echo pong | nc -l -p 8080; done")
+    server["metadata"]["labels"] = {"app": "echo-server"}
+    server["spec"]["restartPolicy"] = "Always"
+    server["spec"]["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+    client.create(PODS, server)
+    pods.append("echo-server")
+    services = "/api/v1/namespaces/default/services"
+    svc = client.create(
+        services,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "echo"},
+            "spec": {"selector": {"app": "echo-server"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+    )
+    try:
+        ip = svc["spec"]["clusterIP"]
+        script = (
+            f'for i in $(seq 50); do out=$(nc {ip} 80 </dev/null) && test "$out" = pong && exit 0;'
+            " sleep 0.2; done; exit 1"
+        )
+        pod = run_pod(client, pods, workload_pod("echo-client", real_node.name, script))
+        assert pod["status"]["phase"] == "Succeeded", pod_log(real_node, "default", "echo-client")
+    finally:
+        client.delete(f"{services}/echo")
 
 
 def test_failing_command_fails_the_pod_with_its_exit_code(
@@ -202,7 +243,7 @@ def test_fake_device_plugin_hands_a_device_node_to_a_pod(
 
 def test_a_second_node_starts_and_stops_without_leftovers(
     node_binaries: NodeBinaries,
-    k8s_control_plane: ControlPlane,
+    node_control_plane: ControlPlane,
     node_images: Path,
     tmp_path: Path,
     client: KubeClient,
@@ -210,7 +251,7 @@ def test_a_second_node_starts_and_stops_without_leftovers(
     """Start/stop cost of a node and its cleanup: no process, cgroup or Node object left behind."""
     node = start_real_node(
         node_binaries,
-        k8s_control_plane,
+        node_control_plane,
         tmp_path / "node",
         NodeConfig(name="k8stest-node-b"),
         images=[node_images],

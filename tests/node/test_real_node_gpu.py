@@ -68,9 +68,9 @@ class GpuPlugin:
 
 
 @pytest.fixture(scope="module")
-def gpu_plugin(real_node: RealNode, node_image: str, k8s_control_plane: ControlPlane) -> Iterator[GpuPlugin]:
+def gpu_plugin(real_node: RealNode, node_image: str, node_control_plane: ControlPlane) -> Iterator[GpuPlugin]:
     """The operator's DaemonSet for the GpuDevicePlugin sample, running on the real node."""
-    client = k8s_control_plane.client()
+    client = node_control_plane.client()
     spec, ds = sample_daemonset(DeviceKind("gpu"), node_image)
     node_path = f"/api/v1/nodes/{real_node.name}"
     selector = dict(spec["nodeSelector"])
