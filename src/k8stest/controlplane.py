@@ -288,6 +288,8 @@ def start_control_plane(
                     f"--tls-cert-file={pki.serving_cert}",
                     f"--tls-private-key-file={pki.serving_key}",
                     f"--client-ca-file={pki.ca_cert}",
+                    f"--kubelet-client-certificate={pki.kubelet_client_cert}",
+                    f"--kubelet-client-key={pki.kubelet_client_key}",
                     f"--token-auth-file={workdir / 'tokens.csv'}",
                     f"--service-account-issuer={SA_ISSUER}",
                     f"--service-account-key-file={pki.sa_pub}",

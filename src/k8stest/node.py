@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import os
 import secrets
@@ -42,11 +41,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from k8stest.binaries import Binaries, in_ci, repo_root
 from k8stest.controlplane import (
@@ -65,6 +59,7 @@ from k8stest.ociimage import (
     localized_index,
     write_oci_archive,
 )
+from k8stest.pki import client_certificate
 from k8stest.process import ManagedProcess, free_port
 
 NODE_BIN_DIR_ENV = "NODE_TEST_BIN_DIR"
@@ -414,7 +409,12 @@ def start_node_control_plane(
         dataclasses.replace(
             cfg,
             with_kwok=False,
-            extra_apiserver_flags=(*cfg.extra_apiserver_flags, f"--egress-selector-config-file={egress}"),
+            extra_apiserver_flags=(
+                *cfg.extra_apiserver_flags,
+                f"--egress-selector-config-file={egress}",
+                # The kubelet by its address, as kubeadm configures it: there is no DNS for node names.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+            ),
         ),
     )
 
@@ -554,46 +554,7 @@ def build_dev(staging: Path, sim_dev: Path | None) -> list[Bind]:
 def node_client_certificate(ca_cert_pem: bytes, ca_key_pem: bytes, node_name: str) -> tuple[bytes, bytes]:
     """(cert, key) PEM for ``system:node:<name>`` in ``system:nodes``: the identity the Node
     authorizer grants a kubelet's rights to."""
-    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
-    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}"),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_encipherment=False,
-                content_commitment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+    return client_certificate(ca_cert_pem, ca_key_pem, f"system:node:{node_name}", "system:nodes")
 
 
 def client_cert_kubeconfig(server: str, ca_file: Path, cert_file: Path, key_file: Path, user: str) -> str:

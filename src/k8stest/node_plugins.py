@@ -27,13 +27,18 @@ PLUGIN_NAMESPACE = "inteldeviceplugins-system"
 SAMPLES = Path("deploy/operator/samples")
 
 
-def node_image_archive() -> Path | None:
-    """The newest ``node-*.oci.tar`` that ``make images`` (tools/images/build.py) left in its cache
-    (same lookup: ``IMAGES_CACHE``, else ``$XDG_CACHE_HOME`` or ~/.cache), if any."""
+def image_archive(target: str) -> Path | None:
+    """The newest ``<target>-*.oci.tar`` (``node`` or ``operator``) that ``make images``
+    (tools/images/build.py) left in its cache (same lookup: ``IMAGES_CACHE``, else
+    ``$XDG_CACHE_HOME`` or ~/.cache), if any."""
     xdg_cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     cache = os.environ.get(IMAGES_CACHE_ENV) or os.path.join(xdg_cache, "intel-device-plugins", "images")
-    archives = sorted(glob.glob(f"{cache}/node-*.oci.tar"), key=os.path.getmtime)
+    archives = sorted(glob.glob(f"{cache}/{target}-*.oci.tar"), key=os.path.getmtime)
     return Path(archives[-1]) if archives else None
+
+
+def node_image_archive() -> Path | None:
+    return image_archive("node")
 
 
 def sample_daemonset(

@@ -13,8 +13,10 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from intel_device_plugins.operator.certs import new_ca, new_serving
 
@@ -29,6 +31,9 @@ class Pki:
     serving_key: Path
     sa_key: Path
     sa_pub: Path
+    # The API server's identity towards kubelets (logs, exec); kubelets trust the same CA.
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
 
     @property
     def ca_pem(self) -> bytes:
@@ -66,6 +71,9 @@ def make_pki(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localho
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
 
+    kubelet_cert, kubelet_key = client_certificate(
+        ca_cert, ca_key, "kube-apiserver-kubelet-client", "kubeadm:cluster-admins"
+    )
     return Pki(
         ca_cert=_write(directory / "ca.crt", ca_cert),
         ca_key=_write(directory / "ca.key", ca_key),
@@ -78,4 +86,52 @@ def make_pki(directory: Path, *, hosts: tuple[str, ...] = ("127.0.0.1", "localho
             ),
         ),
         sa_pub=_write(directory / "sa.pub", sa_pub),
+        kubelet_client_cert=_write(directory / "apiserver-kubelet-client.crt", kubelet_cert),
+        kubelet_client_key=_write(directory / "apiserver-kubelet-client.key", kubelet_key),
     )
+
+
+def client_certificate(
+    ca_cert_pem: bytes, ca_key_pem: bytes, common_name: str, organization: str
+) -> tuple[bytes, bytes]:
+    """(cert, key) PEM of a client certificate for user ``common_name`` in group ``organization``."""
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem

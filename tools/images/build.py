@@ -342,7 +342,8 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         f'for s in {" ".join(scripts)}; do "$s" --help >/dev/null || {{ echo "FAILED $s"; exit 1; }}; done; '
         f"for t in {' '.join(FORBIDDEN)}; do "
         'if command -v "$t" >/dev/null; then echo "FORBIDDEN $t"; fi; done; '
-        "python3 -c 'import k8stest' 2>/dev/null && echo 'FORBIDDEN k8stest' || true"
+        "python3 -c 'import k8stest' 2>/dev/null && echo 'FORBIDDEN k8stest' || true; "
+        "python3 -c 'import getpass; getpass.getuser()' 2>/dev/null || echo 'FAILED user-without-name'"
     )
     if built.target == "node":
         # The FPGA init container's job: install the self-contained CRI hook, which then runs with an

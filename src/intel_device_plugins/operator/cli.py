@@ -275,13 +275,14 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
             workers=opts.workers,
             fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
             combined=combined_mode(opts.combined_plugin_process, env),
+            identity=identity(env),
         )
         log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
         if not opts.leader_elect:
             metrics.leader = 1
             await run_controllers(config, metrics)
             return 0
-        elector = LeaderElector(client, ElectionConfig(namespace, identity(env)))
+        elector = LeaderElector(client, ElectionConfig(namespace, config.identity))
 
         async def lead() -> None:
             metrics.leader = 1

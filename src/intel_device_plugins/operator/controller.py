@@ -67,6 +67,9 @@ class ControllerConfig:
     resync_s: float = 300.0
     combined: bool = False
     """Run every enabled kind in one ``intel_device_plugins`` process per node (one DaemonSet for all CRs)."""
+    identity: str = "intel-deviceplugin-operator"
+    """Who this process is (the pod name). Given to kopf, which would otherwise ask the user database for
+    the user's name and fail when the container runs as a uid without a passwd entry."""
 
 
 def cr_resources() -> dict[DeviceKind, type[GenericGlobalResource]]:
@@ -479,6 +482,7 @@ async def _controllers(
                     settings=kopf_settings(),
                     namespaces=[config.namespace],
                     standalone=True,
+                    identity=config.identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
                     stop_flag=stop,
                 )
                 failures = 0
