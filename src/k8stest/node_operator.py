@@ -84,7 +84,12 @@ class NodeOperator:
             names = [p["metadata"]["name"] for p in self.operator_pods(client)]
         finally:
             client.close()
-        logs = "\n".join(pod_log(self.node, NS, name, "manager")[-3000:] for name in names)
+        logs = "\n".join(
+            "\n".join(
+                line for line in pod_log(self.node, NS, name, "manager").splitlines() if "httpx" not in line
+            )[-4000:]
+            for name in names
+        )
         return f"{text}\noperator log (from the node):\n{logs}"
 
     def uninstall(self, timeout: float = 180) -> None:

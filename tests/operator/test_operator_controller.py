@@ -519,3 +519,16 @@ def test_setting_from_flag_and_env() -> None:
         assert "DEVICEPLUGIN_COMBINED" in str(exc)
     else:
         raise AssertionError("a bad DEVICEPLUGIN_COMBINED must be refused")
+
+
+def test_in_cluster_server_comes_from_the_kubernetes_service_variables() -> None:
+    from intel_device_plugins.operator.controller import in_cluster_server
+
+    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}) == (
+        "https://10.0.0.1:443"
+    )
+    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}) == (
+        "https://[fd00::1]:6443"
+    )
+    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is None
+    assert in_cluster_server({}) is None

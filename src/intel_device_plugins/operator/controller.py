@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -389,6 +390,19 @@ class Reconciler:
             log.info("could not post event %s for %s/%s: %s", reason, kind.kind, meta.get("name"), exc)
 
 
+def in_cluster_server(env: Mapping[str, str]) -> str | None:
+    """The API server's URL from the ``kubernetes`` Service variables the kubelet sets in every pod.
+
+    kopf's own service-account login names ``kubernetes.default.svc``, which needs cluster DNS; the
+    lightkube client and client-go's in-cluster configuration use these variables, so the operator's
+    watches work wherever its other API calls do (a node without cluster DNS, host networking).
+    """
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
 def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
     """kopf registry with one event handler per enabled kind, one for owned DaemonSets, and login."""
     registry = kopf.OperatorRegistry()
@@ -396,7 +410,11 @@ def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        info = kopf.login_with_service_account(**kwargs)
+        if info is None:
+            return kopf.login_with_kubeconfig(**kwargs)
+        server = in_cluster_server(os.environ)
+        return dataclasses.replace(info, server=server) if server else info
 
     for kind in kinds:
 
