@@ -74,6 +74,10 @@ SIM_DEVICE_MAJOR = 60
 # /sys subtrees that always come from the host: cgroups and the CPU/NUMA topology the kubelet
 # (cadvisor, the CPU manager) reads, and kernel internals. Everything else merges with the simulation.
 HOST_OWNED_SYSFS = frozenset({"devices/system", "fs", "kernel", "module", "firmware", "power", "hypervisor"})
+# Parts of those host-owned subtrees that describe devices rather than the kernel: a simulation that
+# has them replaces the host's entirely, as on hardware, where a VF's iommu_group link leads to
+# /sys/kernel/iommu_groups/N and a QAT PF's state lives in debugfs (/sys/kernel/debug).
+SIMULATED_SYSFS = frozenset({"kernel/iommu_groups", "kernel/debug"})
 
 # Values the kubelet insists on (component-helpers' sysctl constants). Its mount namespace sees
 # files holding exactly these, so it finds nothing to change and never writes the host's settings.
@@ -469,12 +473,32 @@ class Bind:
     target: str
 
 
+def _prune_except(directory: Path, rel: str, keep: frozenset[str]) -> None:
+    """Remove everything below ``directory`` (``rel`` in sysfs) but the paths ``keep`` and their parents."""
+    for child in list(directory.iterdir()):
+        path = f"{rel}/{child.name}"
+        if path in keep:
+            continue
+        if child.is_dir() and not child.is_symlink() and any(k.startswith(path + "/") for k in keep):
+            _prune_except(child, path, keep)
+        elif child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
 def merge_sysfs(
-    staging: Path, real: Path, host_owned: frozenset[str] = HOST_OWNED_SYSFS, rel: str = ""
+    staging: Path,
+    real: Path,
+    host_owned: frozenset[str] = HOST_OWNED_SYSFS,
+    rel: str = "",
+    simulated: frozenset[str] = SIMULATED_SYSFS,
 ) -> list[Bind]:
     """Make ``staging`` (a copy of the simulated /sys) a merged view with the real sysfs at ``real``.
 
-    Simulated entries win, except below ``host_owned`` paths, which always come from the host.
+    Simulated entries win, except below ``host_owned`` paths, which always come from the host
+    unless the simulation has one of the ``simulated`` paths below them: those replace the host's
+    whole, and the rest of their host-owned parent is merged from the host entry by entry.
     Real entries missing from the simulation become symlinks (copied as they are) or empty mount
     points; the returned binds fill those mount points inside the node's namespace. Only levels
     where both trees have a directory are walked, so the bind count stays small.
@@ -488,7 +512,18 @@ def merge_sysfs(
     for entry in entries:
         path = f"{rel}/{entry.name}" if rel else entry.name
         target = staging / entry.name
+        if path in simulated and os.path.lexists(target):
+            continue
         if path in host_owned and os.path.lexists(target):
+            kept = frozenset(
+                s
+                for s in simulated
+                if s.startswith(path + "/") and os.path.lexists(target / s[len(path) + 1 :])
+            )
+            if kept and target.is_dir() and not target.is_symlink() and entry.is_dir():
+                _prune_except(target, path, kept)
+                binds.extend(merge_sysfs(target, entry, host_owned, path, simulated))
+                continue
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             else:
@@ -503,7 +538,7 @@ def merge_sysfs(
                 target.touch()
             binds.append(Bind(str(entry), str(target)))
         elif target.is_dir() and not target.is_symlink() and entry.is_dir() and not entry.is_symlink():
-            binds.extend(merge_sysfs(target, entry, host_owned, path))
+            binds.extend(merge_sysfs(target, entry, host_owned, path, simulated))
     return binds
 
 
@@ -521,7 +556,8 @@ def build_dev(staging: Path, sim_dev: Path | None) -> list[Bind]:
     """The node's /dev: standard nodes, the host's pts/shm/mqueue, and the simulated devices.
 
     Every regular file of the simulation's /dev becomes a character device with major
-    :data:`SIM_DEVICE_MAJOR` and a minor unique within the node; symlinks (by-path) are kept.
+    :data:`SIM_DEVICE_MAJOR` and a minor unique within the node; symlinks (by-path) are kept,
+    except that udev's ``/dev/char/<major>:<minor>`` links are renamed to the new numbers.
     """
     staging.mkdir(parents=True, exist_ok=True)
     for name, (major, minor) in STANDARD_DEVICES.items():
@@ -545,7 +581,34 @@ def build_dev(staging: Path, sim_dev: Path | None) -> list[Bind]:
             elif source.is_file():
                 make_char_device(dest, minor)
                 minor += 1
+        renumber_char_links(staging / "char")
     return binds
+
+
+def renumber_char_links(char_dir: Path) -> None:
+    """Name each ``<major>:<minor>`` link in ``char_dir`` after the device it leads to, as udev does.
+
+    The simulation names them after its own numbers; once its files are character devices with
+    other numbers, a plugin that checks ``/dev/char/<major>:<minor>`` against the node (DSA, IAA)
+    would find no link.
+    """
+    if not char_dir.is_dir():
+        return
+    for link in sorted(char_dir.iterdir()):
+        if not link.is_symlink():
+            continue
+        try:
+            device = os.stat(link)
+        except OSError:
+            continue  # dangling: left as the simulation made it
+        if not stat.S_ISCHR(device.st_mode):
+            continue
+        name = f"{os.major(device.st_rdev)}:{os.minor(device.st_rdev)}"
+        if name != link.name:
+            target = os.readlink(link)
+            link.unlink()
+            (char_dir / name).unlink(missing_ok=True)
+            (char_dir / name).symlink_to(target)
 
 
 # ----- certificates --------------------------------------------------------------------------
@@ -725,6 +788,7 @@ class RealNode:
             minor = max(minors, default=-1) + 1
             minors.add(minor)
             made.append(make_char_device(path, minor))
+        renumber_char_links(self.dev_dir / "char")
         return made
 
     def check_alive(self) -> None:

@@ -33,7 +33,9 @@ from k8stest.pytest_plugin import _unavailable
 
 __all__ = ["NODE_PROFILE", "node_binaries", "node_control_plane", "node_images", "node_sim_root", "real_node"]
 
-# The simulated hardware of the session node: two i915 GPUs (one with a MEI node) and one xe.
+# The simulated hardware of the session node: two i915 GPUs (one with a MEI node) and one xe; two
+# QAT 4xxx PFs (crypto, compression) with two VFs each on vfio-pci, as DPDK mode serves them; SGX
+# with 256 MiB of EPC; one DSA with a dedicated and a shared user work queue.
 NODE_PROFILE = """
 [node]
 name = "k8stest-node"
@@ -44,6 +46,19 @@ mei = true
 [[gpu]]
 driver = "xe"
 count = 1
+[[qat]]
+generation = "4xxx"
+vfs = 2
+services = "sym;asym"
+[[qat]]
+generation = "4xxx"
+vfs = 2
+services = "dc"
+[[sgx]]
+epc_bytes_per_node = 268435456
+[[dsa]]
+wqs = 2
+wq_mode = "mixed"
 """
 
 

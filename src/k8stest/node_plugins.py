@@ -11,20 +11,40 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import pytest
 import yaml
 
 from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 from k8stest.binaries import repo_root
-from k8stest.node import REAL_NODE_TOLERATION
+from k8stest.kubeclient import ApiError, KubeClient, wait_for
+from k8stest.node import REAL_NODE_TOLERATION, RealNode, pod_log
+from k8stest.pytest_plugin import _unavailable
+
+__all__ = [
+    "PLUGIN_NAMESPACE",
+    "SamplePlugin",
+    "node_image",
+    "node_image_archive",
+    "registrations",
+    "run_to_completion",
+    "sample_daemonset",
+    "sample_plugin",
+    "unschedulable_message",
+]
 
 IMAGES_CACHE_ENV = "IMAGES_CACHE"
 PLUGIN_NAMESPACE = "inteldeviceplugins-system"
 SAMPLES = Path("deploy/operator/samples")
+PODS = "/api/v1/namespaces/default/pods"
 
 
 def image_archive(target: str) -> Path | None:
@@ -41,13 +61,26 @@ def node_image_archive() -> Path | None:
     return image_archive("node")
 
 
+@pytest.fixture(scope="session")
+def node_image(real_node: RealNode) -> str:
+    """The project's node image, imported into the session's real node once; its qualified name."""
+    archive = node_image_archive()
+    if archive is None:
+        _unavailable("no node image archive (node-*.oci.tar): run `make images`")
+    assert archive is not None
+    names = real_node.import_images(archive)
+    assert len(names) == 1, names
+    return names[0]
+
+
 def sample_daemonset(
-    kind: DeviceKind, image: str, namespace: str = PLUGIN_NAMESPACE
+    kind: DeviceKind, image: str, namespace: str = PLUGIN_NAMESPACE, **changes: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the sample CR's spec with ``image``, the operator's DaemonSet for it).
 
     The spec also tolerates the real node's taint (``tolerations`` is a CR field, so the
-    DaemonSet stays what the operator writes for such a CR).
+    DaemonSet stays what the operator writes for such a CR). ``changes`` are further spec fields
+    (CR names, e.g. ``maxNumDevices``) that replace the sample's.
 
     The owner reference is dropped: no CR object exists, and the garbage collector would delete a
     DaemonSet whose owner is missing.
@@ -56,7 +89,142 @@ def sample_daemonset(
     if root is None:
         raise FileNotFoundError("the repository's deploy/ directory (k8stest runs from a checkout)")
     sample = yaml.safe_load((root / SAMPLES / f"deviceplugin_v1_{kind.value}deviceplugin.yaml").read_text())
-    spec = {**sample["spec"], "image": image, "tolerations": [dict(REAL_NODE_TOLERATION)]}
+    spec = {**sample["spec"], **changes, "image": image, "tolerations": [dict(REAL_NODE_TOLERATION)]}
     ds = desired_daemonset(parse_spec(kind, spec), Owner(kind, sample["metadata"]["name"], "uid"), namespace)
     del ds["metadata"]["ownerReferences"]
     return spec, ds
+
+
+def registrations(node: RealNode, resource: str) -> int:
+    """How often the node's kubelet (any run of it) accepted a plugin's registration of ``resource``."""
+    line = f'"Got registration request from device plugin with resource" resourceName="{resource}"'
+    return (node.layout.logs / "kubelet.log").read_text(errors="replace").count(line)
+
+
+@dataclass(frozen=True)
+class SamplePlugin:
+    """The operator's DaemonSet for a sample CR, created for a real node."""
+
+    kind: DeviceKind
+    node: RealNode
+    image: str
+    spec: Mapping[str, Any]
+    daemonset: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.daemonset["metadata"]["name"])
+
+    def pods(self, client: KubeClient) -> list[dict[str, Any]]:
+        """The DaemonSet's pods that are not being deleted."""
+        app = self.daemonset["spec"]["selector"]["matchLabels"]["app"]
+        pods = client.get(f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods?labelSelector={quote(f'app={app}')}")
+        return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    def allocatable(self, client: KubeClient) -> dict[str, str]:
+        return dict(client.get(f"/api/v1/nodes/{self.node.name}")["status"]["allocatable"])
+
+    def advertised(self, client: KubeClient, expected: Mapping[str, str]) -> bool:
+        allocatable = self.allocatable(client)
+        return all(allocatable.get(resource) == value for resource, value in expected.items())
+
+    def wait_advertised(self, client: KubeClient, expected: Mapping[str, str], timeout: float = 120) -> None:
+        """Wait until the node's allocatable has ``expected``; the failure names what is missing,
+        the plugin pod's state and the end of its log."""
+        wanted = ", ".join(f"{resource}={value}" for resource, value in expected.items())
+        try:
+            wait_for(
+                f"{wanted} on {self.node.name} (plugin pod from {self.image})",
+                lambda: self.advertised(client, expected),
+                timeout=timeout,
+            )
+        except TimeoutError as error:
+            allocatable = self.allocatable(client)
+            missing = ", ".join(
+                f"{resource}={value} (have {allocatable.get(resource, 'none')})"
+                for resource, value in expected.items()
+                if allocatable.get(resource) != value
+            )
+            raise AssertionError(f"{error}\nmissing: {missing}\n{self.describe(client)}") from None
+
+    def describe(self, client: KubeClient) -> str:
+        """The plugin pods' phases and container states, and the end of their logs (without debug lines)."""
+        lines = []
+        for pod in self.pods(client):
+            name = pod["metadata"]["name"]
+            states = {c["name"]: c.get("state") for c in pod.get("status", {}).get("containerStatuses", [])}
+            lines.append(f"plugin pod {name}: {pod.get('status', {}).get('phase')} {states}")
+            log = pod_log(
+                self.node,
+                PLUGIN_NAMESPACE,
+                name,
+                self.daemonset["spec"]["template"]["spec"]["containers"][0]["name"],
+            )
+            lines.extend([line for line in log.splitlines() if " DEBUG " not in line][-15:])
+        return "\n".join(lines) or f"no pod of DaemonSet {self.name}"
+
+
+@contextmanager
+def sample_plugin(
+    client: KubeClient, node: RealNode, kind: DeviceKind, image: str, **changes: Any
+) -> Iterator[SamplePlugin]:
+    """Run the operator's DaemonSet for the ``kind`` sample (with spec ``changes``) on ``node``.
+
+    The node gets the sample's ``nodeSelector`` labels for the duration; afterwards the DaemonSet
+    is deleted and the labels removed.
+    """
+    spec, ds = sample_daemonset(kind, image, **changes)
+    node_path = f"/api/v1/nodes/{node.name}"
+    selector = dict(spec["nodeSelector"])
+    client.merge_patch(node_path, {"metadata": {"labels": selector}})
+    client.apply_ok(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}},
+    )
+    ds_path = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets"
+    client.create(ds_path, ds)
+    try:
+        yield SamplePlugin(kind, node, image, spec, ds)
+    finally:
+        try:
+            client.delete(f"{ds_path}/{ds['metadata']['name']}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+        client.merge_patch(node_path, {"metadata": {"labels": {k: None for k in selector}}})
+
+
+def run_to_completion(
+    client: KubeClient, node: RealNode, manifest: Mapping[str, Any], timeout: float = 60
+) -> tuple[dict[str, Any], str]:
+    """Create a run-once pod in ``default`` and wait until it Succeeded or Failed: (pod, its log).
+    The pod is deleted afterwards."""
+    name = manifest["metadata"]["name"]
+    client.create(PODS, manifest)
+    try:
+
+        def finished() -> dict[str, Any] | None:
+            pod = client.get(f"{PODS}/{name}")
+            return pod if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+        pod = wait_for(f"pod {name} to finish", finished, timeout=timeout)
+        return pod, pod_log(node, "default", name)
+    finally:
+        client.delete(f"{PODS}/{name}")
+
+
+def unschedulable_message(client: KubeClient, name: str, timeout: float = 30) -> str:
+    """The scheduler's message once pod ``name`` (in ``default``) is marked Unschedulable."""
+
+    def message() -> str | None:
+        pod = client.get(f"{PODS}/{name}")
+        for condition in pod.get("status", {}).get("conditions", []):
+            if (
+                condition["type"] == "PodScheduled"
+                and condition["status"] == "False"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                return str(condition.get("message", ""))
+        return None
+
+    return wait_for(f"pod {name} to be unschedulable", message, timeout=timeout)

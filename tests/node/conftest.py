@@ -7,8 +7,17 @@ import pytest
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient
 from k8stest.node_fixtures import node_binaries, node_control_plane, node_images, node_sim_root, real_node
+from k8stest.node_plugins import node_image
 
-__all__ = ["client", "node_binaries", "node_control_plane", "node_images", "node_sim_root", "real_node"]
+__all__ = [
+    "client",
+    "node_binaries",
+    "node_control_plane",
+    "node_image",
+    "node_images",
+    "node_sim_root",
+    "real_node",
+]
 
 
 @pytest.fixture

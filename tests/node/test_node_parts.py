@@ -18,6 +18,7 @@ from k8stest.node import (
     has_capability,
     kubelet_configuration,
     merge_sysfs,
+    renumber_char_links,
     workload_pod,
 )
 from k8stest.node_runtime import bundle_dir, with_node_sysfs
@@ -111,6 +112,56 @@ def test_merged_sysfs_prefers_the_simulation_except_host_owned_paths(tmp_path: P
     # The host's CPU topology replaces the simulation's (the kubelet reads it).
     assert targets["devices/system"] == real / "devices/system"
     assert not (staging / "devices/system/node").exists()
+
+
+def test_merged_sysfs_keeps_the_simulated_iommu_groups_and_debugfs_below_the_hosts_kernel(
+    tmp_path: Path,
+) -> None:
+    """A VF's iommu_group link leads into /sys/kernel: the simulation's groups must be there."""
+    real = _tree(
+        tmp_path / "real",
+        {"kernel/mm/x": "", "kernel/iommu_groups/7/type": "host", "kernel/debug/host": ""},
+    )
+    staging = _tree(
+        tmp_path / "staging",
+        {
+            "kernel/iommu_groups/0/devices/.keep": "",
+            "kernel/debug/qat_4xxx_0000:13:00.0/dev_cfg": "[GENERAL]",
+            "kernel/other": "sim",
+        },
+    )
+    binds = merge_sysfs(staging, real)
+    targets = {Path(b.target).relative_to(staging).as_posix(): Path(b.source) for b in binds}
+    # The simulation's device views replace the host's whole ...
+    assert (staging / "kernel/iommu_groups/0/devices").is_dir()
+    assert (staging / "kernel/debug/qat_4xxx_0000:13:00.0/dev_cfg").read_text() == "[GENERAL]"
+    assert not (staging / "kernel/iommu_groups/7").exists()
+    assert not (staging / "kernel/debug/host").exists()
+    assert not any(t.startswith(("kernel/iommu_groups", "kernel/debug")) for t in targets)
+    # ... and everything else of /sys/kernel is still the host's.
+    assert targets["kernel/mm"] == real / "kernel/mm"
+    assert not (staging / "kernel/other").exists()
+
+
+def test_merged_sysfs_without_simulated_kernel_entries_takes_the_hosts_kernel_whole(tmp_path: Path) -> None:
+    real = _tree(tmp_path / "real", {"kernel/iommu_groups/7/type": "host"})
+    staging = _tree(tmp_path / "staging", {"kernel/other": "sim"})
+    binds = merge_sysfs(staging, real)
+    assert [(Path(b.target).relative_to(staging).as_posix(), Path(b.source)) for b in binds] == [
+        ("kernel", real / "kernel")
+    ]
+
+
+def test_char_links_are_named_after_the_device_they_lead_to(tmp_path: Path) -> None:
+    """udev's /dev/char/<major>:<minor> follows the node's numbers once simulated nodes are real."""
+    char = tmp_path / "char"
+    char.mkdir()
+    (char / "238:0").symlink_to("/dev/null")  # a character device: 1:3
+    (char / "238:1").symlink_to("../missing")  # dangling: left alone
+    (char / "5:0").symlink_to(tmp_path)  # not a character device: left alone
+    renumber_char_links(char)
+    assert sorted(p.name for p in char.iterdir()) == ["1:3", "238:1", "5:0"]
+    assert (char / "1:3").readlink() == Path("/dev/null")
 
 
 def test_capability_bits_are_read_from_proc_status() -> None:
