@@ -447,56 +447,64 @@ def run_real_demo(spec: NodeSpec, say: Callable[[str], None], workdir: Path | No
     say(f"Simulated node {spec.name!r}: {', '.join(spec.devices)}")
     for kind, why in skipped.items():
         say(f"  not on the real node yet: {kind} ({why})")
-    ok = True
+    ok = False
     leftovers: list[str] = []
-    with _workdir(workdir, leftovers) as work, _cluster(prereqs, work, spec, say, leftovers) as cluster:
-        client = cluster.client()
-        try:
-            scenario = Scenario(cluster, client, say)
-            image = _timed(
-                say,
-                f"node image {prereqs.node_image.name} imported",
-                lambda: cluster.node.import_images(prereqs.node_image),
-            )[0]
-            started = time.monotonic()
-            scenario.apply_plugins(image, plans)
-            say(
-                "Plugin DaemonSets applied (the operator's, for the sample CRs): "
-                + ", ".join(scenario.daemonsets)
-            )
-            pending = scenario.wait_for_plugins(plans)
-            elapsed = time.monotonic() - started
-            say(f"{len(plans) - len(pending)} of {len(plans)} kinds allocatable in {elapsed:.1f} s\n")
-            say(resource_table(scenario.status(), [plan.namespace for plan in plans]))
-            if pending:
-                ok = False
-                say(
-                    f"\nNot allocatable within {PLUGIN_TIMEOUT_S:.0f} s: {', '.join(p.kind for p in pending)}"
-                )
-                for line in scenario.plugin_pod_summary():
-                    say(line)
-            resource = _workload_resource(scenario.status(), plans)
-            if resource:
-                started = time.monotonic()
-                phase, log = scenario.run_workload(resource)
-                say(
-                    f"\nA pod asks for 1 x {resource}: {phase} in {time.monotonic() - started:.1f} s; it saw:"
-                )
-                for line in describe_pod_output(log) or ["(no device nodes)"]:
-                    say(f"  {line}")
-                ok = ok and phase == "Succeeded"
-            gpu_resources = [
-                r for p in plans if p.kind == "gpu" for r in p.resources if not r.endswith("/monitoring")
-            ]
-            if gpu_resources and not any(p.kind == "gpu" for p in pending):
-                scenario.hotplug(gpu_resources[0])
-        except (TimeoutError, ApiError, RuntimeError) as e:
-            ok = False
-            say(f"\nFailed: {e}")
-        finally:
-            client.close()
+    try:
+        with _workdir(workdir, leftovers) as work, _cluster(prereqs, work, spec, say, leftovers) as cluster:
+            ok = _scenario(cluster, prereqs.node_image, plans, say)
+    except (TimeoutError, ApiError, RuntimeError, OSError) as e:  # the cluster did not come up
+        say(f"\nFailed: {e}")
     say(f"Left behind: {'; '.join(leftovers) if leftovers else 'nothing'}")
     return 0 if ok and not leftovers else 1
+
+
+def _scenario(
+    cluster: DemoCluster, archive: Path, plans: Sequence[KindPlan], say: Callable[[str], None]
+) -> bool:
+    """Image, plugins, table, a pod, a hot-plug on a running cluster; True when every step worked."""
+    ok = True
+    client = cluster.client()
+    try:
+        scenario = Scenario(cluster, client, say)
+        image = _timed(
+            say,
+            f"node image {archive.name} imported",
+            lambda: cluster.node.import_images(archive),
+        )[0]
+        started = time.monotonic()
+        scenario.apply_plugins(image, plans)
+        say(
+            "Plugin DaemonSets applied (the operator's, for the sample CRs): "
+            + ", ".join(scenario.daemonsets)
+        )
+        pending = scenario.wait_for_plugins(plans)
+        elapsed = time.monotonic() - started
+        say(f"{len(plans) - len(pending)} of {len(plans)} kinds allocatable in {elapsed:.1f} s\n")
+        say(resource_table(scenario.status(), [plan.namespace for plan in plans]))
+        if pending:
+            ok = False
+            say(f"\nNot allocatable within {PLUGIN_TIMEOUT_S:.0f} s: {', '.join(p.kind for p in pending)}")
+            for line in scenario.plugin_pod_summary():
+                say(line)
+        resource = _workload_resource(scenario.status(), plans)
+        if resource:
+            started = time.monotonic()
+            phase, log = scenario.run_workload(resource)
+            say(f"\nA pod asks for 1 x {resource}: {phase} in {time.monotonic() - started:.1f} s; it saw:")
+            for line in describe_pod_output(log) or ["(no device nodes)"]:
+                say(f"  {line}")
+            ok = ok and phase == "Succeeded"
+        gpu_resources = [
+            r for p in plans if p.kind == "gpu" for r in p.resources if not r.endswith("/monitoring")
+        ]
+        if gpu_resources and not any(p.kind == "gpu" for p in pending):
+            scenario.hotplug(gpu_resources[0])
+    except (TimeoutError, ApiError, RuntimeError) as e:
+        ok = False
+        say(f"\nFailed: {e}")
+    finally:
+        client.close()
+    return ok
 
 
 def _workload_resource(status: JSON, plans: Sequence[KindPlan]) -> str:
