@@ -497,7 +497,9 @@ def _scenario(
         gpu_resources = [
             r for p in plans if p.kind == "gpu" for r in p.resources if not r.endswith("/monitoring")
         ]
-        if gpu_resources and not any(p.kind == "gpu" for p in pending):
+        if not gpu_resources:
+            say("\nNo GPU on this node, so no hot-plug.")
+        elif not any(p.kind == "gpu" for p in pending):
             scenario.hotplug(gpu_resources[0])
     except (TimeoutError, ApiError, RuntimeError) as e:
         ok = False
