@@ -14,8 +14,11 @@ bootstrap:
 venv: bootstrap
 	$(UV) sync --frozen --quiet
 
+# Options for the demo, e.g. DEMO_ARGS="--node-runtime real" (root; after make k8s-bins node-bins images).
+DEMO_ARGS ?=
+
 demo: venv
-	$(BIN)/intel-device-plugins-demo
+	$(BIN)/intel-device-plugins-demo $(DEMO_ARGS)
 
 lint: venv
 	$(BIN)/ruff check src tests bench tools

@@ -12,6 +12,9 @@ pytestmark = pytest.mark.integration
 def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--kubelet", "stand-in"]) == 0
     output = capsys.readouterr().out
+    assert output.splitlines()[0] == (
+        "Node runtime: sim (plugin processes on a simulated node; kubelet: the demo's kubelet stand-in)"
+    )
     assert "gpu.intel.com/i915" in output and "card0-0" in output
     assert "intel.cdi.k8s.io/gpu=card" in output
     assert "Hot-plugged card8" in output and "Hot-unplugged card8" in output

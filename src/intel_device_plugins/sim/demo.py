@@ -25,7 +25,7 @@ from intel_device_plugins.sim.kubelets import (
     StandInKubelet,
     device_manager_available,
 )
-from intel_device_plugins.sim.node import NodeSpec, build_node, load_node_spec, parse_node_spec
+from intel_device_plugins.sim.node import NodeSpec, NodeSpecError, build_node, load_node_spec, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
 from intel_device_plugins.sim.profiles import profile_text
 
@@ -34,6 +34,14 @@ SETTLE_S = 0.3  # how long the set of registered resources must stay the same be
 
 def _say(text: str = "") -> None:
     print(text, flush=True)
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as left-aligned columns; the first row is the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
 
 
 def _table(kubelet: DemoKubelet) -> str:
@@ -47,10 +55,7 @@ def _table(kubelet: DemoKubelet) -> str:
         )
         shown = ", ".join(ids[:3]) + (f", … (+{len(ids) - 3})" if len(ids) > 3 else "")
         rows.append((resource, str(len(ids)), str(healthy), numa, shown))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
-    )
+    return format_table(rows)
 
 
 def _describe(view: ContainerView, root: Path) -> str:
@@ -70,7 +75,7 @@ def _describe(view: ContainerView, root: Path) -> str:
     return "\n".join(lines).replace(str(root), "$NODE")
 
 
-def _expected_gpu_resources(spec: NodeSpec) -> list[str]:
+def expected_gpu_resources(spec: NodeSpec) -> list[str]:
     """The resources the GPU plugin should advertise for this node: one per driver, plus monitoring."""
     drivers = sorted({str(entry.get("driver", "i915")) for entry in spec.devices.get("gpu", ())})
     return [f"gpu.intel.com/{driver}" for driver in drivers] + (
@@ -207,26 +212,41 @@ async def _hotplug_scene(node: DemoNode, kubelet: DemoKubelet, resource: str) ->
     _say(f"Hot-unplugged card{card.index}: back to {before[0]} devices in {elapsed:.2f} s")
 
 
+KUBELET_NAMES = {
+    "device-manager": "the kubelet's real device manager",
+    "stand-in": "the demo's kubelet stand-in",
+}
+
+
+def resolve_kubelet(choice: str) -> tuple[str, str]:
+    """(the kubelet to use, why the real device manager is not used or "") for a ``--kubelet`` choice."""
+    if choice != "auto":
+        return choice, ""
+    available, reason = device_manager_available()
+    return ("device-manager", "") if available else ("stand-in", reason)
+
+
+def runtime_banner(runtime: str, kubelet: str = "") -> str:
+    """The demo's first line: which node runtime (and for the simulated one, which kubelet) it uses."""
+    if runtime == "real":
+        return (
+            "Node runtime: real (kubelet, containerd and runc in namespaces over the simulated /sys and /dev,"
+            " joined to a local control plane)"
+        )
+    return f"Node runtime: sim (plugin processes on a simulated node; kubelet: {KUBELET_NAMES[kubelet]})"
+
+
 async def _start_kubelet(choice: str, node: DemoNode) -> DemoKubelet:
-    if choice == "auto":
-        available, reason = device_manager_available()
-        choice = "device-manager" if available else "stand-in"
-        if not available:
-            _say(f"(the kubelet's real device manager is not used: {reason})")
     if choice == "device-manager":
         return await DeviceManagerKubelet.start(node.plugin_dir, node.workdir)
     return await StandInKubelet.start(node.plugin_dir)
 
 
-async def run_demo(workdir: Path, node_file: Path | None, kubelet_choice: str = "auto") -> int:
-    spec = (
-        load_node_spec(node_file)
-        if node_file
-        else parse_node_spec(profile_text("default"), "default profile")
-    )
+async def run_demo(workdir: Path, spec: NodeSpec, kubelet_choice: str) -> int:
+    """The simulated-node scenario; ``kubelet_choice`` is resolved already (see resolve_kubelet)."""
     node = DemoNode(spec, build_node(spec, workdir / "node"), workdir)
     _say(f"Simulated node {spec.name!r} built under {node.root}")
-    gpu_resources = _expected_gpu_resources(spec)
+    gpu_resources = expected_gpu_resources(spec)
     others = [OTHER_KINDS[kind] for kind in spec.devices if kind in OTHER_KINDS]
     if not gpu_resources and not others:
         _say("The node has no devices the demo knows; nothing to demonstrate.")
@@ -279,18 +299,63 @@ async def run_demo(workdir: Path, node_file: Path | None, kubelet_choice: str = 
     return 0 if not any(codes.values()) and not leftovers else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_real(spec: NodeSpec) -> int:
+    """The same scenario on a real kubelet node (k8stest.demo_real), imported only when asked for."""
+    try:
+        from k8stest.demo_real import run_real_demo
+    except ImportError:
+        _say(
+            "--node-runtime real needs this repository's source tree (package k8stest):"
+            " run it from a checkout"
+        )
+        return 2
+    return run_real_demo(spec, _say)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="intel-device-plugins-demo", description=__doc__)
     parser.add_argument("--node", type=Path, help="node description (TOML); default: the bundled demo node")
     parser.add_argument(
+        "--node-runtime",
+        choices=("sim", "real"),
+        default="sim",
+        help="sim (default): plugin processes against a kubelet on a simulated node, no privileges;"
+        " real: the plugins' DaemonSets from the node image on a real kubelet node (root, test/k8s/build.sh,"
+        " test/node/build.sh, make images)",
+    )
+    parser.add_argument(
         "--kubelet",
         choices=("auto", "stand-in", "device-manager"),
-        default="auto",
-        help="the kubelet to run against; auto: the real device manager when it is built and usable",
+        help="with --node-runtime sim: the kubelet to run against; auto (default): the real device manager"
+        " when it is built and usable",
     )
     args = parser.parse_args(argv)
+    if args.node_runtime == "real" and args.kubelet is not None:
+        parser.error("--kubelet applies to --node-runtime sim only (the real node runs the whole kubelet)")
+    args.kubelet = args.kubelet or "auto"
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        spec = (
+            load_node_spec(args.node)
+            if args.node
+            else parse_node_spec(profile_text("default"), "default profile")
+        )
+    except (OSError, NodeSpecError) as e:
+        print(f"intel-device-plugins-demo: {e}", file=sys.stderr)
+        return 2
+    if args.node_runtime == "real":
+        _say(runtime_banner("real"))
+        return run_real(spec)
+    kubelet, reason = resolve_kubelet(args.kubelet)
+    _say(runtime_banner("sim", kubelet))
+    if reason:
+        _say(f"(the kubelet's real device manager is not used: {reason})")
     with tempfile.TemporaryDirectory(prefix="idp-demo-") as workdir:
-        return asyncio.run(run_demo(Path(workdir), args.node, args.kubelet))
+        return asyncio.run(run_demo(Path(workdir), spec, kubelet))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,56 @@
+"""``intel-device-plugins-demo --node-runtime real`` end to end: its own control plane and real
+node with the demo profile, the plugin DaemonSets from the node image, a pod with one GPU, a
+hot-plug, and a clean teardown. Fails under CI=true when a prerequisite is missing, skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from intel_device_plugins.sim.demo import main
+from k8stest.demo_real import find_prerequisites, link_char_devices, prerequisite_message
+from k8stest.node import make_char_device
+from k8stest.pytest_plugin import _unavailable
+
+pytestmark = pytest.mark.k8s
+
+
+def test_real_runtime_demo_runs_the_scenario_and_leaves_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    prereqs, missing = find_prerequisites()
+    if prereqs is None:
+        _unavailable(prerequisite_message(missing))
+    code = main(["--node-runtime", "real"])
+    output = capsys.readouterr().out
+    assert code == 0, output
+    lines = output.splitlines()
+    assert lines[0].startswith("Node runtime: real"), output
+    assert "not on the real node yet: qat" in output and "not on the real node yet: fpga" in output
+    assert "6 of 6 kinds allocatable" in output, output
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("gpu.", "dsa.", "sgx."))}
+    # 6 i915 cards (4 + 2 SR-IOV VFs) x the sample's sharedDevNum 10, all allocatable
+    assert rows["gpu.intel.com/i915"] == ["60", "60"], output
+    assert rows["dsa.intel.com/wq-user-dedicated"] == ["1", "1"], output
+    assert rows["sgx.intel.com/enclave"] == ["110", "110"], output
+    assert "A pod asks for 1 x gpu.intel.com/i915: Succeeded" in output
+    cards = [line for line in lines if line.strip().startswith("device node /dev/dri/card")]
+    assert len(cards) == 1, output  # exactly the one allocated card
+    assert "went from 60 to 70" in output and "back to 60" in output, output
+    assert lines[-1] == "Left behind: nothing"
+
+
+def test_char_links_name_the_node_numbers_of_simulated_devices(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        _unavailable("mknod needs root")
+    dev = tmp_path / "dev"
+    make_char_device(dev / "dsa" / "wq0.0", 4)
+    make_char_device(dev / "null", 3, major=1)  # a standard node: no link
+    (dev / "char").mkdir()
+    (dev / "char" / "238:0").symlink_to("../dsa/wq0.0")  # the simulator's number, kept
+    made = link_char_devices(dev)
+    assert made == [dev / "char" / "60:4"]
+    assert os.readlink(made[0]) == "../dsa/wq0.0"
+    assert os.path.samefile(made[0], dev / "dsa" / "wq0.0")
+    assert link_char_devices(dev) == []  # idempotent
