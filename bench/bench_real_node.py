@@ -28,13 +28,13 @@ from intel_device_plugins.sim import gpu
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from k8stest.binaries import find_binaries
-from k8stest.controlplane import ControlPlaneConfig, start_control_plane
 from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.node import (
     NodeConfig,
     RealNode,
     find_node_binaries,
     node_unavailable_reason,
+    start_node_control_plane,
     start_real_node,
     workload_pod,
     write_test_images,
@@ -104,7 +104,7 @@ def bench_start(runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="node-bench-") as tmp:
         work = Path(tmp)
         archive = write_test_images(node_bins, work / "images.tar")
-        cp = start_control_plane(bins, work / "cp", ControlPlaneConfig(with_kwok=False))
+        cp = start_node_control_plane(bins, work / "cp")
         client = cp.client()
         try:
             for run in range(runs):
@@ -170,7 +170,7 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
         work = Path(tmp)
         build_node(parse_node_spec(NODE_PROFILE, "NODE_PROFILE"), work / "sim")
         busybox = write_test_images(node_bins, work / "images.tar")
-        cp = start_control_plane(bins, work / "cp", ControlPlaneConfig(with_kwok=False))
+        cp = start_node_control_plane(bins, work / "cp")
         client = cp.client()
         node = None
         try:

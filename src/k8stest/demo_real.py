@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,16 +28,16 @@ from intel_device_plugins.sim.demo import OTHER_KINDS, expected_gpu_resources, f
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import NodeSpec, build_node
 from k8stest.binaries import Binaries, find_binaries
-from k8stest.controlplane import ControlPlane, ControlPlaneConfig, start_control_plane
+from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.node import (
-    SIM_DEVICE_MAJOR,
     NodeBinaries,
     NodeConfig,
     RealNode,
     find_node_binaries,
     node_unavailable_reason,
     pod_log,
+    start_node_control_plane,
     start_real_node,
     workload_pod,
     write_test_images,
@@ -51,10 +50,6 @@ T = TypeVar("T")
 # Simulated kinds whose plugin DaemonSet cannot serve on the real node yet, and why. The demo says
 # so and runs the rest.
 NOT_ON_REAL_NODE: Mapping[str, str] = {
-    "qat": (
-        "the node's /sys/kernel is the machine's, so the simulated VFs' iommu_group links"
-        " (into /sys/kernel/iommu_groups) do not resolve and the plugin finds no VFIO group"
-    ),
     "fpga": (
         "its init container installs the CRI hook into the hostPath /opt/intel/fpga-sw,"
         " which the node does not isolate from the machine yet"
@@ -184,7 +179,7 @@ def start_demo_cluster(
     runs), so a different setup changes only this function.
     """
     images = write_test_images(prereqs.node, workdir / "images" / "k8stest-busybox.tar")
-    cp = start_control_plane(prereqs.k8s, workdir / "control-plane", ControlPlaneConfig(with_kwok=False))
+    cp = start_node_control_plane(prereqs.k8s, workdir / "control-plane")
     say(f"control plane up in {cp.started_in:.1f} s")
     try:
         node = start_real_node(
@@ -200,28 +195,6 @@ def start_demo_cluster(
         raise
     say(f"node {node.name} Ready in {node.started_in:.1f} s (kubelet + containerd + runc)")
     return DemoCluster(cp, node)
-
-
-def link_char_devices(dev_dir: Path) -> list[Path]:
-    """``char/<major>:<minor>`` links for the node's simulated device nodes, as udev makes them.
-
-    The real node gives each simulated device node new numbers (major 60), so the simulation's
-    ``/dev/char`` links name numbers no node has; plugins that check the link (DSA, IAA) would report
-    their queues Unhealthy. Wraps ``k8stest.node``'s /dev, which does not write these links yet.
-    """
-    made = []
-    for path in sorted(dev_dir.rglob("*")):
-        if path.is_symlink() or path.parent.name == "char" or not stat.S_ISCHR(path.lstat().st_mode):
-            continue
-        number = path.lstat().st_rdev
-        if os.major(number) != SIM_DEVICE_MAJOR:
-            continue
-        link = dev_dir / "char" / f"{os.major(number)}:{os.minor(number)}"
-        link.parent.mkdir(exist_ok=True)
-        if not os.path.lexists(link):
-            link.symlink_to(os.path.relpath(path, link.parent))
-            made.append(link)
-    return made
 
 
 # ----- the scenario --------------------------------------------------------------------------
@@ -409,7 +382,6 @@ def _cluster(
     sim_root = workdir / "sim"
     build_node(spec, sim_root)
     cluster = start_demo_cluster(prereqs, workdir, spec.name, sim_root, say)
-    link_char_devices(cluster.node.dev_dir)
     try:
         yield cluster
     finally:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from intel_device_plugins.sim.node import build_node, load_node_spec
 from k8stest.binaries import find_binaries
-from k8stest.controlplane import ControlPlaneConfig, start_control_plane
 from k8stest.node import (
     NodeConfig,
     find_node_binaries,
     node_unavailable_reason,
+    start_node_control_plane,
     start_real_node,
     write_test_images,
 )
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         sim_root = workdir / "sim"
         build_node(load_node_spec(Path(args.profile)), sim_root)
     archive = write_test_images(node_bins, workdir / "images" / "k8stest-busybox.tar")
-    cp = start_control_plane(bins, workdir / "control-plane", ControlPlaneConfig(with_kwok=False))
+    cp = start_node_control_plane(bins, workdir / "control-plane")
     try:
         print(f"control plane up in {cp.started_in:.1f} s")
         node = start_real_node(

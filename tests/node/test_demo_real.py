@@ -5,14 +5,10 @@ hot-plug, and a clean teardown. Fails under CI=true when a prerequisite is missi
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from intel_device_plugins.sim.demo import main
-from k8stest.demo_real import find_prerequisites, link_char_devices, prerequisite_message
-from k8stest.node import make_char_device
+from k8stest.demo_real import find_prerequisites, prerequisite_message
 from k8stest.pytest_plugin import _unavailable
 
 pytestmark = pytest.mark.k8s
@@ -39,18 +35,3 @@ def test_real_runtime_demo_runs_the_scenario_and_leaves_nothing(capsys: pytest.C
     assert len(cards) == 1, output  # exactly the one allocated card
     assert "went from 60 to 70" in output and "back to 60" in output, output
     assert lines[-1] == "Left behind: nothing"
-
-
-def test_char_links_name_the_node_numbers_of_simulated_devices(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        _unavailable("mknod needs root")
-    dev = tmp_path / "dev"
-    make_char_device(dev / "dsa" / "wq0.0", 4)
-    make_char_device(dev / "null", 3, major=1)  # a standard node: no link
-    (dev / "char").mkdir()
-    (dev / "char" / "238:0").symlink_to("../dsa/wq0.0")  # the simulator's number, kept
-    made = link_char_devices(dev)
-    assert made == [dev / "char" / "60:4"]
-    assert os.readlink(made[0]) == "../dsa/wq0.0"
-    assert os.path.samefile(made[0], dev / "dsa" / "wq0.0")
-    assert link_char_devices(dev) == []  # idempotent
