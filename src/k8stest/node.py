@@ -110,15 +110,6 @@ DEV_SYMLINKS: Mapping[str, str] = {
 HOST_DEV_MOUNTS = ("pts", "shm", "mqueue")
 
 
-# The taint a real node registers with (NodeConfig.taints) and the toleration its pods carry.
-REAL_NODE_TAINT: Mapping[str, str] = {"key": "k8stest.io/real-node", "effect": "NoSchedule"}
-REAL_NODE_TOLERATION: Mapping[str, str] = {
-    "key": "k8stest.io/real-node",
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
-
-
 # ----- binaries ------------------------------------------------------------------------------
 
 
@@ -189,9 +180,8 @@ class NodeConfig:
     # The runc the node's runtime wrapper calls ("" = the node binaries' runc); a wrapper adding
     # --debug helps when a container fails to start.
     runtime_binary: str = ""
-    # Registered with the node: keeps pods of other test modules sharing the control plane (kwok
-    # DaemonSets select every amd64 node) off it. Pods meant for it tolerate REAL_NODE_TAINT.
-    taints: tuple[Mapping[str, str], ...] = (REAL_NODE_TAINT,)
+    # Registered with the node (a node sharing its control plane with kwok nodes may want one).
+    taints: tuple[Mapping[str, str], ...] = ()
     # The node's address inside its network namespace: the kubelet registers it as InternalIP and
     # serves on it; the API server reaches it through the egress proxy.
     node_ip: str = "10.89.0.1"
@@ -840,13 +830,15 @@ def _write_runtime_wrapper(path: Path, runc: str) -> None:
     path.chmod(0o755)
 
 
-def _node_ready(node: JSON) -> bool:
+def _node_ready(node: JSON, own_taints: Sequence[Mapping[str, str]]) -> bool:
+    """Ready, and free of the taints the node controller sets until then (``own_taints`` aside)."""
     conditions = node.get("status", {}).get("conditions", [])
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    own = {t["key"] for t in own_taints}
     blocking = [
         t
         for t in node.get("spec", {}).get("taints", [])
-        if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") != REAL_NODE_TAINT["key"]
+        if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in own
     ]
     return ready and not blocking
 
@@ -1041,7 +1033,7 @@ def start_real_node(
             def ready() -> bool:
                 process.check_alive()
                 try:
-                    return _node_ready(client.get(f"/api/v1/nodes/{cfg.name}"))
+                    return _node_ready(client.get(f"/api/v1/nodes/{cfg.name}"), cfg.taints)
                 except ApiError as e:
                     if e.status == 404:
                         return False
@@ -1119,7 +1111,6 @@ def workload_pod(
         "spec": {
             "restartPolicy": "Never",
             "nodeSelector": {"kubernetes.io/hostname": node_name},
-            "tolerations": [dict(REAL_NODE_TOLERATION)],
             "terminationGracePeriodSeconds": 1,
             "containers": [container],
             "volumes": volumes,

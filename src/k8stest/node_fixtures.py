@@ -113,7 +113,7 @@ def real_node(
         node_binaries,
         node_control_plane,
         tmp_path_factory.mktemp("real-node"),
-        NodeConfig(name="k8stest-node", taints=()),
+        NodeConfig(name="k8stest-node"),
         sim_root=node_sim_root,
         images=[node_images],
     )

@@ -26,7 +26,7 @@ from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 from k8stest.binaries import repo_root
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
-from k8stest.node import REAL_NODE_TOLERATION, RealNode, pod_log
+from k8stest.node import RealNode, pod_log
 from k8stest.pytest_plugin import _unavailable
 
 __all__ = [
@@ -78,8 +78,7 @@ def sample_daemonset(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the sample CR's spec with ``image``, the operator's DaemonSet for it).
 
-    The spec also tolerates the real node's taint (``tolerations`` is a CR field, so the
-    DaemonSet stays what the operator writes for such a CR). ``changes`` are further spec fields
+    ``changes`` are further spec fields
     (CR names, e.g. ``maxNumDevices``) that replace the sample's.
 
     The owner reference is dropped: no CR object exists, and the garbage collector would delete a
@@ -89,7 +88,7 @@ def sample_daemonset(
     if root is None:
         raise FileNotFoundError("the repository's deploy/ directory (k8stest runs from a checkout)")
     sample = yaml.safe_load((root / SAMPLES / f"deviceplugin_v1_{kind.value}deviceplugin.yaml").read_text())
-    spec = {**sample["spec"], **changes, "image": image, "tolerations": [dict(REAL_NODE_TOLERATION)]}
+    spec = {**sample["spec"], **changes, "image": image}
     ds = desired_daemonset(parse_spec(kind, spec), Owner(kind, sample["metadata"]["name"], "uid"), namespace)
     del ds["metadata"]["ownerReferences"]
     return spec, ds

@@ -23,8 +23,8 @@ def test_real_runtime_demo_runs_the_scenario_and_leaves_nothing(capsys: pytest.C
     assert code == 0, output
     lines = output.splitlines()
     assert lines[0].startswith("Node runtime: real"), output
-    assert "not on the real node yet: qat" in output and "not on the real node yet: fpga" in output
-    assert "6 of 6 kinds allocatable" in output, output
+    assert "not on the real node yet: fpga" in output and "not on the real node yet: qat" not in output
+    assert "7 of 7 kinds allocatable" in output, output
     rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("gpu.", "dsa.", "sgx."))}
     # 6 i915 cards (4 + 2 SR-IOV VFs) x the sample's sharedDevNum 10, all allocatable
     assert rows["gpu.intel.com/i915"] == ["60", "60"], output
