@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from aiohttp import web
 from lightkube import AsyncClient
 
+from intel_device_plugins.logconfig import configure_logging
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
@@ -115,7 +116,13 @@ def parser() -> argparse.ArgumentParser:
     )
     add_webhook_flags(p)
     p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
-    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
+    p.add_argument(
+        "-v",
+        "--verbosity",
+        type=int,
+        default=0,
+        help="log verbosity (0 info, 2+ debug, 4+ every API request)",
+    )
     return p
 
 
@@ -311,9 +318,8 @@ async def _wait_loaded(serving: ServingCert) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     opts = p.parse_args(normalise_dashes(list(sys.argv[1:] if argv is None else argv), p))
-    logging.basicConfig(
-        level=logging.DEBUG if opts.verbosity >= 2 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    configure_logging(
+        logging.DEBUG if opts.verbosity >= 2 else logging.INFO, http_requests=opts.verbosity >= 4
     )
     try:
         select_devices(opts.devices)

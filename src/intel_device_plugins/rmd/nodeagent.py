@@ -24,6 +24,7 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
+from intel_device_plugins.logconfig import configure_logging
 from intel_device_plugins.operator.apierrors import is_status
 from intel_device_plugins.operator.workqueue import WorkQueue
 from intel_device_plugins.rmd.agent import RESOURCE, cpus_by_container, desired_workloads, needs_update
@@ -181,9 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pod-resources-socket", default=POD_RESOURCES_SOCKET)
     parser.add_argument("--resync", type=float, default=30.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpx2", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(logging.INFO)
     if not args.node_name:
         parser.error("--node-name (or NODE_NAME) is required: the agent serves its own node only")
 

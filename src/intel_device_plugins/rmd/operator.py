@@ -29,6 +29,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from intel_device_plugins.logconfig import configure_logging
 from intel_device_plugins.operator.apierrors import is_status
 from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.operator.workqueue import WorkQueue
@@ -560,12 +561,7 @@ async def amain(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.v >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("httpx", "httpx2", "httpcore"):  # one line per API request otherwise
-        logging.getLogger(noisy).setLevel(logging.DEBUG if args.v >= 6 else logging.WARNING)
+    configure_logging(logging.DEBUG if args.v >= 4 else logging.INFO, http_requests=args.v >= 6)
     try:
         return asyncio.run(amain(args))
     except TlsConfigError as exc:

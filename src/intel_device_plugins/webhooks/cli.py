@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lightkube import AsyncClient
 
+from intel_device_plugins.logconfig import configure_logging
 from intel_device_plugins.operator.cli import (
     _Parser,
     _wait_loaded,
@@ -59,7 +60,13 @@ def parser(prog: str) -> argparse.ArgumentParser:
         type=go_bool,
         help="accepted for compatibility; every replica serves",
     )
-    p.add_argument("-v", "--verbosity", type=int, default=0, help="log verbosity (0 info, 2+ debug)")
+    p.add_argument(
+        "-v",
+        "--verbosity",
+        type=int,
+        default=0,
+        help="log verbosity (0 info, 2+ debug, 4+ every API request)",
+    )
     return p
 
 
@@ -111,9 +118,8 @@ async def serve(
 def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
     p = parser(prog)
     opts = p.parse_args(normalise_dashes(list(sys.argv[1:] if argv is None else argv), p))
-    logging.basicConfig(
-        level=logging.DEBUG if opts.verbosity >= 2 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    configure_logging(
+        logging.DEBUG if opts.verbosity >= 2 else logging.INFO, http_requests=opts.verbosity >= 4
     )
     store = MappingStore()
 
