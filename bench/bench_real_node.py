@@ -7,6 +7,7 @@ Usage (from the repository root, as root, after test/k8s/build.sh and test/node/
     .venv/bin/python bench/bench_real_node.py build              # relink into an empty binary cache
     .venv/bin/python bench/bench_real_node.py start --runs 3
     .venv/bin/python bench/bench_real_node.py gpu --runs 10     # needs `make images`
+    .venv/bin/python bench/bench_real_node.py operator --runs 10  # the operator as a pod; `make images`
 """
 
 from __future__ import annotations
@@ -270,6 +271,146 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
     }
 
 
+def _summary(values: list[float]) -> dict[str, Any]:
+    return {
+        "p50": round(statistics.median(values), 2),
+        "p95": round(_percentile(values, 0.95), 2),
+        "all": [round(v, 2) for v in values],
+    }
+
+
+def _running_seconds(client: KubeClient, pod: dict[str, Any]) -> float:
+    """Pod created → phase Running (its container started); the pod is deleted afterwards."""
+    name = pod["metadata"]["name"]
+    path = f"/api/v1/namespaces/default/pods/{name}"
+    t0 = time.monotonic()
+    client.create("/api/v1/namespaces/default/pods", pod)
+
+    def running() -> bool:
+        phase = client.get(path).get("status", {}).get("phase")
+        if phase in ("Failed", "Succeeded"):
+            raise SystemExit(f"pod {name} ended ({phase}) before it was seen Running")
+        return bool(phase == "Running")
+
+    wait_for(f"pod {name} Running", running, timeout=120, interval=0.05)
+    elapsed = time.monotonic() - t0
+    client.delete(path)
+    return elapsed
+
+
+def bench_operator(runs: int, rolls: int = 3) -> dict[str, Any]:
+    """The operator installed from deploy/ as a pod on the real node, with both images present.
+
+    ``runs`` times: GpuDevicePlugin sample applied → allocatable ``gpu.intel.com/i915`` on the node;
+    a pod requesting one GPU → Running, against a pod without devices in the same run; sample deleted
+    → allocatable 0 and the plugin pod gone. Baseline in the same run: the same DaemonSet created
+    directly (no operator). Then ``rolls`` image tag changes of the applied sample: patch → new plugin
+    pod Ready with allocatable back, and how long allocatable was below its count.
+    """
+    from k8stest.node_operator import install_operator, roll_plugin_image
+
+    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
+    bins, reason = find_binaries()
+    node_bins, node_reason = find_node_binaries()
+    problem = reason or node_reason or node_unavailable_reason()
+    if bins is None or node_bins is None or problem:
+        raise SystemExit(problem)
+    to_allocatable: list[float] = []
+    direct_to_allocatable: list[float] = []
+    gpu_pod_running: list[float] = []
+    plain_pod_running: list[float] = []
+    deleted_to_zero: list[float] = []
+    roll_total: list[float] = []
+    roll_gap: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="node-bench-") as tmp:
+        work = Path(tmp)
+        build_node(parse_node_spec(NODE_PROFILE, "NODE_PROFILE"), work / "sim")
+        busybox = write_test_images(node_bins, work / "images.tar")
+        cp = start_node_control_plane(bins, work / "cp")
+        client = cp.client()
+        node = None
+        try:
+            node = start_real_node(
+                node_bins, cp, work / "node", NodeConfig(), sim_root=work / "sim", images=[busybox]
+            )
+            operator = install_operator(cp, node, work / "operator")
+            sample = operator.samples["gpu"]
+            crs = "/apis/deviceplugin.intel.com/v1/gpudeviceplugins"
+            cr_path = f"{crs}/{sample['metadata']['name']}"
+            node_path = f"/api/v1/nodes/{node.name}"
+            client.merge_patch(node_path, {"metadata": {"labels": dict(sample["spec"]["nodeSelector"])}})
+            expected = str(i915_cards * int(sample["spec"]["sharedDevNum"]))
+            plugin_pods = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods?labelSelector=app%3Dintel-gpu-plugin"
+
+            def allocatable() -> str:
+                return str(client.get(node_path)["status"]["allocatable"].get(i915, "0"))
+
+            def live_plugin_pods() -> list[dict[str, Any]]:
+                return [
+                    p for p in client.get(plugin_pods)["items"] if not p["metadata"].get("deletionTimestamp")
+                ]
+
+            def gone() -> bool:
+                return allocatable() == "0" and not client.get(plugin_pods)["items"]
+
+            for run in range(runs):
+                t0 = time.monotonic()
+                client.create(crs, sample)
+                wait_for(f"{i915}={expected}", lambda: allocatable() == expected, timeout=120, interval=0.05)
+                to_allocatable.append(time.monotonic() - t0)
+                gpu_pod_running.append(
+                    _running_seconds(
+                        client, workload_pod(f"gpu-{run}", node.name, "sleep 3600", limits={i915: "1"})
+                    )
+                )
+                plain_pod_running.append(
+                    _running_seconds(client, workload_pod(f"plain-{run}", node.name, "sleep 3600"))
+                )
+                t0 = time.monotonic()
+                client.delete(cr_path)
+                wait_for(f"{i915}=0 and no plugin pod", gone, timeout=120, interval=0.05)
+                deleted_to_zero.append(time.monotonic() - t0)
+
+            image = str(sample["spec"]["image"])
+            _, ds = sample_daemonset(DeviceKind("gpu"), image)
+            ds_path = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets"
+            for _ in range(min(runs, 3)):
+                t0 = time.monotonic()
+                client.create(ds_path, ds)
+                wait_for(f"{i915}={expected}", lambda: allocatable() == expected, timeout=120, interval=0.05)
+                direct_to_allocatable.append(time.monotonic() - t0)
+                client.delete(f"{ds_path}/{ds['metadata']['name']}")
+                wait_for(f"{i915}=0 and no plugin pod", gone, timeout=120, interval=0.05)
+
+            client.create(crs, sample)
+            wait_for(f"{i915}={expected}", lambda: allocatable() == expected, timeout=120, interval=0.05)
+            repository = image.rsplit(":", 1)[0]
+            for roll in range(rolls):
+                result = roll_plugin_image(
+                    client, node, cr_path, plugin_pods, i915, f"{repository}:0.1.{roll + 1}"
+                )
+                roll_total.append(result.seconds)
+                roll_gap.append(result.below_count)
+        finally:
+            client.close()
+            if node is not None:
+                node.stop()
+            cp.stop()
+    return {
+        "runs": runs,
+        "operator_install_applied_to_ready_and_webhooks_answering_s": round(operator.ready_in, 2),
+        "gpu_sample_applied_to_allocatable_s": _summary(to_allocatable),
+        "baseline_daemonset_created_to_allocatable_s (no operator, same run)": _summary(
+            direct_to_allocatable
+        ),
+        "gpu_pod_created_to_running_s": _summary(gpu_pod_running),
+        "baseline_pod_without_devices_created_to_running_s (same run)": _summary(plain_pod_running),
+        "sample_deleted_to_allocatable_0_and_pods_gone_s": _summary(deleted_to_zero),
+        "image_tag_change_to_new_pod_with_allocatable_back_s": _summary(roll_total),
+        "image_tag_change_time_allocatable_below_count_s": _summary(roll_gap),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -278,13 +419,18 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--runs", type=int, default=3)
     gpu = sub.add_parser("gpu")
     gpu.add_argument("--runs", type=int, default=10)
+    operator = sub.add_parser("operator")
+    operator.add_argument("--runs", type=int, default=10)
+    operator.add_argument("--rolls", type=int, default=3)
     args = ap.parse_args(argv)
     if args.cmd == "build":
         result = bench_build()
     elif args.cmd == "start":
         result = bench_start(args.runs)
-    else:
+    elif args.cmd == "gpu":
         result = bench_gpu(args.runs)
+    else:
+        result = bench_operator(args.runs, args.rolls)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -173,3 +173,58 @@ def _webhooks_answer(client: KubeClient) -> bool:
             return False
         raise
     return bool(created["spec"].get("image"))
+
+
+@dataclass(frozen=True)
+class Roll:
+    seconds: float  # patch → one new plugin pod on the new image, allocatable back at its count
+    below_count: float  # how long allocatable was below its count meanwhile
+
+
+def live_pods(client: KubeClient, pods_path: str) -> list[JSON]:
+    return [p for p in client.get(pods_path)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def roll_plugin_image(
+    client: KubeClient, node: RealNode, cr_path: str, pods_path: str, resource: str, new_image: str
+) -> Roll:
+    """Change the CR's ``spec.image`` to ``new_image`` (tagged in the node's containerd from the
+    current image first) and follow the roll of its single-node DaemonSet."""
+    node_path = f"/api/v1/nodes/{node.name}"
+
+    def allocatable() -> str:
+        return str(client.get(node_path)["status"]["allocatable"].get(resource, "0"))
+
+    old_image = str(client.get(cr_path)["spec"]["image"])
+    node.ctr("images", "tag", "--force", old_image, new_image)
+    expected = allocatable()
+    (old_pod,) = live_pods(client, pods_path)
+    down_since: float | None = None
+    below = 0.0
+    t0 = time.monotonic()
+    client.merge_patch(cr_path, {"spec": {"image": new_image}})
+
+    def rolled() -> bool:
+        nonlocal down_since, below
+        now, value = time.monotonic(), allocatable()
+        if value != expected and down_since is None:
+            down_since = now
+        elif value == expected and down_since is not None:
+            below += now - down_since
+            down_since = None
+        pods = live_pods(client, pods_path)
+        return (
+            value == expected
+            and len(pods) == 1
+            and pods[0]["metadata"]["uid"] != old_pod["metadata"]["uid"]
+            and pods[0]["spec"]["containers"][0]["image"] == new_image
+            and all(c.get("ready") for c in pods[0].get("status", {}).get("containerStatuses", []))
+        )
+
+    wait_for(
+        f"the plugin pod to roll to {new_image} with {resource}={expected}",
+        rolled,
+        timeout=120,
+        interval=0.05,
+    )
+    return Roll(time.monotonic() - t0, below)

@@ -12,7 +12,6 @@ Needs ``make images``; without the archives the tests fail under CI=true and ski
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from intel_device_plugins.operator.images import OPERATOR_IMAGE_NAME, image
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log, workload_pod
-from k8stest.node_operator import NodeOperator, install_operator
+from k8stest.node_operator import NodeOperator, install_operator, live_pods, roll_plugin_image
 from k8stest.node_plugins import image_archive
 from k8stest.ociimage import qualified_reference
 from k8stest.operatorinstall import NS
@@ -56,7 +55,7 @@ def _allocatable(client: KubeClient, node: str) -> str:
 
 
 def _plugin_pods(client: KubeClient) -> list[dict[str, Any]]:
-    return [p for p in client.get(PLUGIN_PODS)["items"] if not p["metadata"].get("deletionTimestamp")]
+    return live_pods(client, PLUGIN_PODS)
 
 
 @pytest.fixture(scope="module")
@@ -148,39 +147,10 @@ def test_gpu_sample_gives_the_node_its_gpus(
 def test_image_tag_change_rolls_the_plugin_pods(
     operator: NodeOperator, gpu_sample: dict[str, Any], real_node: RealNode, client: KubeClient
 ) -> None:
-    expected = _allocatable(client, real_node.name)
-    assert expected != "0"
-    old_image = gpu_sample["spec"]["image"]
-    new_image = old_image.rsplit(":", 1)[0] + ":0.1.1"
-    real_node.ctr("images", "tag", "--force", old_image, new_image)
-    (old_pod,) = _plugin_pods(client)
-    client.merge_patch(f"{GPU_CRS}/{SAMPLE}", {"spec": {"image": new_image}})
-
-    gaps: list[float] = []
-    down_since: float | None = None
-
-    def rolled() -> bool:
-        nonlocal down_since
-        now = time.monotonic()
-        value = _allocatable(client, real_node.name)
-        if value != expected and down_since is None:
-            down_since = now
-        elif value == expected and down_since is not None:
-            gaps.append(now - down_since)
-            down_since = None
-        pods = _plugin_pods(client)
-        return (
-            value == expected
-            and len(pods) == 1
-            and pods[0]["metadata"]["uid"] != old_pod["metadata"]["uid"]
-            and pods[0]["spec"]["containers"][0]["image"] == new_image
-            and all(c.get("ready") for c in pods[0].get("status", {}).get("containerStatuses", []))
-        )
-
-    wait_for(
-        f"the plugin pod to roll to {new_image} with {I915}={expected}", rolled, timeout=120, interval=0.1
-    )
-    print(f"allocatable {I915} was below {expected} for {sum(gaps):.2f} s during the roll")
+    assert _allocatable(client, real_node.name) != "0"
+    new_image = gpu_sample["spec"]["image"].rsplit(":", 1)[0] + ":0.1.1"
+    roll = roll_plugin_image(client, real_node, f"{GPU_CRS}/{SAMPLE}", PLUGIN_PODS, I915, new_image)
+    print(f"rolled in {roll.seconds:.2f} s; allocatable {I915} below its count for {roll.below_count:.2f} s")
 
 
 def test_cr_deletion_removes_daemonset_pods_and_devices(
