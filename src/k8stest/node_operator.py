@@ -23,7 +23,7 @@ from k8stest.binaries import repo_root
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log
-from k8stest.node_plugins import image_archive
+from k8stest.node_plugins import image_archive, registrations
 from k8stest.ociimage import qualified_reference
 from k8stest.operatorinstall import NS, PREFIX, Kubectl
 
@@ -189,7 +189,8 @@ def roll_plugin_image(
     client: KubeClient, node: RealNode, cr_path: str, pods_path: str, resource: str, new_image: str
 ) -> Roll:
     """Change the CR's ``spec.image`` to ``new_image`` (tagged in the node's containerd from the
-    current image first) and follow the roll of its single-node DaemonSet."""
+    current image first) and follow the roll of its single-node DaemonSet until the old pod is gone,
+    the new one has registered with the kubelet and allocatable is back at its count."""
     node_path = f"/api/v1/nodes/{node.name}"
 
     def allocatable() -> str:
@@ -199,10 +200,20 @@ def roll_plugin_image(
     node.ctr("images", "tag", "--force", old_image, new_image)
     expected = allocatable()
     (old_pod,) = live_pods(client, pods_path)
+    old_path = f"/api/v1/namespaces/{old_pod['metadata']['namespace']}/pods/{old_pod['metadata']['name']}"
+    registered = registrations(node, resource)
     down_since: float | None = None
     below = 0.0
     t0 = time.monotonic()
     client.merge_patch(cr_path, {"spec": {"image": new_image}})
+
+    def old_pod_gone() -> bool:
+        try:
+            return bool(client.get(old_path)["metadata"]["uid"] != old_pod["metadata"]["uid"])
+        except ApiError as e:
+            if e.status == 404:
+                return True
+            raise
 
     def rolled() -> bool:
         nonlocal down_since, below
@@ -212,19 +223,11 @@ def roll_plugin_image(
         elif value == expected and down_since is not None:
             below += now - down_since
             down_since = None
+        if value != expected or registrations(node, resource) <= registered or not old_pod_gone():
+            return False
         pods = live_pods(client, pods_path)
-        return (
-            value == expected
-            and len(pods) == 1
-            and pods[0]["metadata"]["uid"] != old_pod["metadata"]["uid"]
-            and pods[0]["spec"]["containers"][0]["image"] == new_image
-            and all(c.get("ready") for c in pods[0].get("status", {}).get("containerStatuses", []))
-        )
+        return len(pods) == 1 and pods[0]["spec"]["containers"][0]["image"] == new_image
 
-    wait_for(
-        f"the plugin pod to roll to {new_image} with {resource}={expected}",
-        rolled,
-        timeout=120,
-        interval=0.05,
-    )
+    what = f"the plugin pod to roll to {new_image} with {resource}={expected}"
+    wait_for(what, rolled, timeout=120, interval=0.05)
     return Roll(time.monotonic() - t0, below)
