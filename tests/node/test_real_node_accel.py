@@ -5,7 +5,8 @@ register on the real kubelet, and pods asking for the resources get the simulate
 The node's simulated hardware is ``k8stest.node_fixtures.NODE_PROFILE``: two QAT 4xxx PFs (one
 ``sym;asym``, one ``dc``) with two VFs each bound to vfio-pci, SGX with 256 MiB of EPC, and one DSA
 whose work queue 0 is dedicated and queue 1 shared. The three DaemonSets are created together
-(their pods start in parallel) and deleted at the end of the module.
+(their pods start in parallel) and deleted at the end of the module. ``sgx.intel.com/epc`` comes
+from ``sgx_epchook -register`` in a pod of its own, started alongside them.
 """
 
 from __future__ import annotations
