@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import json
 import os
 import secrets
@@ -76,8 +77,11 @@ SIM_DEVICE_MAJOR = 60
 HOST_OWNED_SYSFS = frozenset({"devices/system", "fs", "kernel", "module", "firmware", "power", "hypervisor"})
 # Parts of those host-owned subtrees that describe devices rather than the kernel: a simulation that
 # has them replaces the host's entirely, as on hardware, where a VF's iommu_group link leads to
-# /sys/kernel/iommu_groups/N and a QAT PF's state lives in debugfs (/sys/kernel/debug).
-SIMULATED_SYSFS = frozenset({"kernel/iommu_groups", "kernel/debug"})
+# /sys/kernel/iommu_groups/N, a QAT PF's state lives in debugfs (/sys/kernel/debug) and the SGX
+# driver adds each NUMA node's EPC size (x86/sgx_total_bytes, which sgx_epchook reads) to
+# /sys/devices/system/node/nodeN. Components may be glob patterns (one component each). A path is
+# taken from the simulation only below a directory the host has, so the NUMA nodes stay the host's.
+SIMULATED_SYSFS = frozenset({"kernel/iommu_groups", "kernel/debug", "devices/system/node/node*/x86"})
 
 # Values the kubelet insists on (component-helpers' sysctl constants). Its mount namespace sees
 # files holding exactly these, so it finds nothing to change and never writes the host's settings.
@@ -477,6 +481,29 @@ def _prune_except(directory: Path, rel: str, keep: frozenset[str]) -> None:
             child.unlink()
 
 
+def _is_simulated(path: str, simulated: frozenset[str]) -> bool:
+    """Whether the sysfs path ``path`` matches one of the ``simulated`` patterns, component by component."""
+    parts = path.split("/")
+    return any(
+        len(pattern_parts) == len(parts) and all(map(fnmatch.fnmatchcase, parts, pattern_parts))
+        for pattern_parts in (pattern.split("/") for pattern in simulated)
+    )
+
+
+def _simulated_below(target: Path, entry: Path, rel: str, simulated: frozenset[str]) -> frozenset[str]:
+    """The simulated paths below ``rel`` that the simulation (``target``) has and whose parent
+    directory the host (``entry``) has too."""
+    found = set()
+    for pattern in simulated:
+        if not pattern.startswith(rel + "/"):
+            continue
+        for match in target.glob(pattern[len(rel) + 1 :]):
+            below = match.relative_to(target)
+            if (entry / below.parent).is_dir():
+                found.add(f"{rel}/{below.as_posix()}")
+    return frozenset(found)
+
+
 def merge_sysfs(
     staging: Path,
     real: Path,
@@ -502,14 +529,10 @@ def merge_sysfs(
     for entry in entries:
         path = f"{rel}/{entry.name}" if rel else entry.name
         target = staging / entry.name
-        if path in simulated and os.path.lexists(target):
+        if _is_simulated(path, simulated) and os.path.lexists(target):
             continue
         if path in host_owned and os.path.lexists(target):
-            kept = frozenset(
-                s
-                for s in simulated
-                if s.startswith(path + "/") and os.path.lexists(target / s[len(path) + 1 :])
-            )
+            kept = _simulated_below(target, entry, path, simulated) if entry.is_dir() else frozenset()
             if kept and target.is_dir() and not target.is_symlink() and entry.is_dir():
                 _prune_except(target, path, kept)
                 binds.extend(merge_sysfs(target, entry, host_owned, path, simulated))

@@ -143,6 +143,40 @@ def test_merged_sysfs_keeps_the_simulated_iommu_groups_and_debugfs_below_the_hos
     assert not (staging / "kernel/other").exists()
 
 
+def test_merged_sysfs_adds_the_simulated_epc_size_to_the_hosts_numa_nodes(tmp_path: Path) -> None:
+    """sgx_epchook reads /sys/devices/system/node/nodeN/x86/sgx_total_bytes: below the host's
+    topology, only that directory comes from the simulation, and only for NUMA nodes the host has."""
+    real = _tree(
+        tmp_path / "real",
+        {
+            "devices/system/cpu/online": "0-1",
+            "devices/system/node/online": "0",
+            "devices/system/node/node0/cpulist": "0-1",
+        },
+        {"devices/system/node/node0/cpu0": "../../cpu/cpu0"},
+    )
+    staging = _tree(
+        tmp_path / "staging",
+        {
+            "devices/system/node/node0/cpulist": "0-3",
+            "devices/system/node/node0/x86/sgx_total_bytes": "268435456",
+            "devices/system/node/node1/cpulist": "4-7",
+            "devices/system/node/node1/x86/sgx_total_bytes": "268435456",
+        },
+    )
+    binds = merge_sysfs(staging, real)
+    targets = {Path(b.target).relative_to(staging).as_posix(): Path(b.source) for b in binds}
+    assert (staging / "devices/system/node/node0/x86/sgx_total_bytes").read_text() == "268435456"
+    # The host's topology: its CPUs, its node list, node0's cpulist; no node1, which the host lacks.
+    assert targets == {
+        "devices/system/cpu": real / "devices/system/cpu",
+        "devices/system/node/online": real / "devices/system/node/online",
+        "devices/system/node/node0/cpulist": real / "devices/system/node/node0/cpulist",
+    }
+    assert (staging / "devices/system/node/node0/cpu0").is_symlink()
+    assert not (staging / "devices/system/node/node1").exists()
+
+
 def test_merged_sysfs_without_simulated_kernel_entries_takes_the_hosts_kernel_whole(tmp_path: Path) -> None:
     real = _tree(tmp_path / "real", {"kernel/iommu_groups/7/type": "host"})
     staging = _tree(tmp_path / "staging", {"kernel/other": "sim"})

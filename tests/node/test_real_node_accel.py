@@ -5,24 +5,23 @@ register on the real kubelet, and pods asking for the resources get the simulate
 The node's simulated hardware is ``k8stest.node_fixtures.NODE_PROFILE``: two QAT 4xxx PFs (one
 ``sym;asym``, one ``dc``) with two VFs each bound to vfio-pci, SGX with 256 MiB of EPC, and one DSA
 whose work queue 0 is dedicated and queue 1 shared. The three DaemonSets are created together
-(their pods start in parallel) and deleted at the end of the module.
+(their pods start in parallel) and deleted at the end of the module. ``sgx.intel.com/epc`` comes
+from ``sgx_epchook -register`` in a pod of its own, started alongside them.
 """
 
 from __future__ import annotations
 
-import io
-import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.plugins.sgx import epchook
 from k8stest.controlplane import ControlPlane
-from k8stest.kubeclient import ApiError, KubeClient
-from k8stest.node import RealNode, workload_pod
+from k8stest.kubeclient import ApiError, KubeClient, wait_for
+from k8stest.node import RealNode, pod_log, workload_pod
 from k8stest.node_plugins import (
     PLUGIN_NAMESPACE,
     SamplePlugin,
@@ -37,22 +36,25 @@ pytestmark = pytest.mark.k8s
 QAT_CY, QAT_DC = "qat.intel.com/cy", "qat.intel.com/dc"
 QAT_VFS = {QAT_CY: 2, QAT_DC: 2}  # services of each PF -> its VFs on vfio-pci
 SGX_ENCLAVE, SGX_PROVISION, SGX_EPC = "sgx.intel.com/enclave", "sgx.intel.com/provision", epchook.EPC_RESOURCE
-EPC = "256Mi"  # epc_bytes_per_node on the profile's single NUMA node
+EPC, EPC_BYTES = "256Mi", 268435456  # epc_bytes_per_node on the profile's single NUMA node
 DSA_DEDICATED, DSA_SHARED = "dsa.intel.com/wq-user-dedicated", "dsa.intel.com/wq-user-shared"
 DSA_QUEUES = {DSA_DEDICATED: "wq0.0", DSA_SHARED: "wq0.1"}
 
 EPCHOOK_ACCOUNT = "sgx-epchook"
 EPCHOOK_ROLE = "k8stest-sgx-epchook"
+EPCHOOK_POD = "sgx-epchook-register"
+EPCHOOK_PODS = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods"
 
 
 @pytest.fixture(scope="module")
 def accel_plugins(
-    real_node: RealNode, node_image: str, node_control_plane: ControlPlane
+    real_node: RealNode, node_image: str, node_control_plane: ControlPlane, epchook_started: str
 ) -> Iterator[Mapping[DeviceKind, SamplePlugin]]:
     """The operator's DaemonSets for the QAT, SGX and DSA samples, created at once on the real node.
 
     QAT's sample caps the plugin at ``maxNumDevices: 1``; the CR here raises it to the simulated
-    VF count, so every VF is advertised.
+    VF count, so every VF is advertised. The ``sgx_epchook`` pod (``epchook_started``) is created
+    just before, so it runs while the plugin pods start.
     """
     client = node_control_plane.client()
     try:
@@ -90,19 +92,77 @@ def dsa_expected(plugin: SamplePlugin) -> dict[str, str]:
     return {DSA_DEDICATED: "1", DSA_SHARED: str(plugin.spec["sharedDevNum"])}
 
 
-@pytest.fixture(scope="module")
-def epc_capacity(real_node: RealNode, node_sim_root: Path, node_control_plane: ControlPlane) -> Iterator[str]:
-    """``sgx_epchook -register`` run against the API server for the real node: EPC as node capacity.
+def epchook_pod(image: str, node_name: str) -> dict[str, Any]:
+    """``sgx_epchook -register`` as a run-once pod on ``node_name``, from the node image.
 
-    The hook reads the simulated node's ``sgx_total_bytes`` (the node's own
-    ``/sys/devices/system`` is the host's) and patches the Node's status with a ServiceAccount
-    token whose only right is patching ``nodes/status``. It runs in the test process: pods on the
-    node cannot reach the API server yet (docs/node.md).
+    deploy/ ships no manifest that runs the hook with ``-register`` (the operator's SGX init
+    container installs it as an NFD hook instead), so this is the smallest pod that does: the
+    service account's token, the node's name from the downward API, and the container's own
+    ``/sys`` (the node's, as on hardware), where the hook finds ``sgx_total_bytes``. It needs no
+    host path, no device and no privilege, so it runs as nobody with a read-only root.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": EPCHOOK_POD, "labels": {"app": EPCHOOK_POD}},
+        "spec": {
+            "serviceAccountName": EPCHOOK_ACCOUNT,
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "epchook",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["sgx_epchook", "-register"],
+                    "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65534,
+                        "runAsGroup": 65534,
+                        "readOnlyRootFilesystem": True,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def remove_epc_capacity(client: KubeClient, node_name: str) -> None:
+    try:
+        client.request(
+            "PATCH",
+            f"/api/v1/nodes/{node_name}/status",
+            [{"op": "remove", "path": "/status/capacity/sgx.intel.com~1epc"}],
+            content_type="application/json-patch+json",
+        )
+    except ApiError as e:
+        if e.status != 422:  # nothing to remove
+            raise
+
+
+@pytest.fixture(scope="module")
+def epchook_started(real_node: RealNode, node_image: str, node_control_plane: ControlPlane) -> Iterator[str]:
+    """The ``sgx_epchook -register`` pod created on the real node (not waited for); its name.
+
+    Its ServiceAccount's only right is patching ``nodes/status``. Any EPC capacity is removed
+    first, so what the tests see afterwards is the pod's doing; it is removed again at the end.
     """
     client = node_control_plane.client()
-    role_path = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
-    binding_path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
     rbac = "rbac.authorization.k8s.io/v1"
+    role_path, binding_path = f"/apis/{rbac}/clusterroles", f"/apis/{rbac}/clusterrolebindings"
+    account_path = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/serviceaccounts"
+    client.apply_ok(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}},
+    )
+    client.apply_ok(
+        account_path, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": EPCHOOK_ACCOUNT}}
+    )
     client.apply_ok(
         role_path,
         {
@@ -122,29 +182,61 @@ def epc_capacity(real_node: RealNode, node_sim_root: Path, node_control_plane: C
             "subjects": [{"kind": "ServiceAccount", "name": EPCHOOK_ACCOUNT, "namespace": PLUGIN_NAMESPACE}],
         },
     )
-    creds = node_control_plane.service_account_credentials(PLUGIN_NAMESPACE, EPCHOOK_ACCOUNT)
-    api = epchook.ApiServer(
-        creds.server, creds.token, ssl.create_default_context(cadata=creds.ca_pem.decode())
-    )
-    args = epchook.build_parser().parse_args(["-register", "-prefix", str(node_sim_root)])
+    remove_epc_capacity(client, real_node.name)
+    client.create(EPCHOOK_PODS, epchook_pod(node_image, real_node.name))
     try:
-        code = epchook.run(args, {"NODE_NAME": real_node.name}, lambda: api, out=io.StringIO())
-        assert code == 0, f"sgx_epchook -register for {real_node.name} exited with {code} (see its log above)"
-        yield EPC
+        yield EPCHOOK_POD
     finally:
-        try:
-            client.request(
-                "PATCH",
-                f"/api/v1/nodes/{real_node.name}/status",
-                [{"op": "remove", "path": "/status/capacity/sgx.intel.com~1epc"}],
-                content_type="application/json-patch+json",
-            )
-        except ApiError as e:
-            if e.status != 422:  # nothing to remove
-                raise
-        for path in (f"{binding_path}/{EPCHOOK_ROLE}", f"{role_path}/{EPCHOOK_ROLE}"):
+        client.delete(f"{EPCHOOK_PODS}/{EPCHOOK_POD}")
+        remove_epc_capacity(client, real_node.name)
+        for path in (
+            f"{binding_path}/{EPCHOOK_ROLE}",
+            f"{role_path}/{EPCHOOK_ROLE}",
+            f"{account_path}/{EPCHOOK_ACCOUNT}",
+        ):
             client.delete(path)
         client.close()
+
+
+@pytest.fixture(scope="module")
+def epc_capacity(
+    real_node: RealNode, node_image: str, epchook_started: str, node_control_plane: ControlPlane
+) -> str:
+    """``sgx_epchook -register`` in a pod on the real node: EPC as node capacity, as on a cluster.
+
+    The pod from the project's node image reaches the API server through the ``kubernetes``
+    Service and reads the simulated ``sgx_total_bytes`` from the node's ``/sys``. If it fails, the
+    test fails with its state and log.
+    """
+    pod_path = f"{EPCHOOK_PODS}/{epchook_started}"
+    pod_name = f"{PLUGIN_NAMESPACE}/{epchook_started}"
+    what = f"sgx_epchook -register (pod {pod_name} from {node_image}) on {real_node.name}"
+
+    def finished() -> dict[str, Any] | None:
+        pod = client.get(pod_path)
+        return pod if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+    client = node_control_plane.client()
+    try:
+        pod = wait_for(f"{what} to finish", finished, timeout=60)
+    except TimeoutError as error:
+        status = client.get(pod_path).get("status")
+        raise AssertionError(f"{error}: {status}\n{epchook_log(real_node)}") from None
+    finally:
+        client.close()
+    log = epchook_log(real_node)
+    states = [c.get("state") for c in pod["status"].get("containerStatuses", [])]
+    assert pod["status"]["phase"] == "Succeeded", f"{what} failed: {states}\n{log}"
+    # The size must come from the node's /sys (not from a cpuid device, nor "nowhere" as 0).
+    source = f"{epchook.NODE_SYSFS}/node*/x86/sgx_total_bytes"
+    assert f"EPC size {EPC_BYTES} bytes, read from {source}" in log, (
+        f"{what} did not read the simulated {EPC_BYTES} bytes from {source} in the node's /sys:\n{log}"
+    )
+    return EPC
+
+
+def epchook_log(node: RealNode) -> str:
+    return pod_log(node, PLUGIN_NAMESPACE, EPCHOOK_POD, "epchook") or "(the pod wrote no log)"
 
 
 def test_qat_plugin_serves_vfio_groups_and_qat_env_to_a_pod(
