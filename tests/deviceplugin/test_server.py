@@ -132,7 +132,8 @@ async def test_update_and_removal_of_a_resource(kubelet: KubeletStandIn, plugin_
         plugin.tree = {"widget": {"w0": widget(0)}}
         await kubelet.wait_for(lambda: set(advertised(kubelet)) == {"w0"})
         plugin.tree = {}
-        await kubelet.wait_for(lambda: advertised(kubelet) == {"w0": "Unhealthy"})
+        # Withdrawn, not left for the kubelet to mark Unhealthy and keep in capacity.
+        await kubelet.wait_for(lambda: advertised(kubelet) == {})
         assert not (plugin_dir / "example.com-widget.sock").exists()
 
 
@@ -304,3 +305,12 @@ async def test_plugin_directory_that_is_a_file_is_reported(
         await asyncio.sleep(0.3)
         assert set(manager.servers) == {"widget"}
     assert any(f"{not_a_dir} is not a directory" in r.getMessage() for r in caplog.records)
+
+
+async def test_stop_withdraws_the_devices_before_the_stream_ends(
+    kubelet: KubeletStandIn, plugin_dir: Path
+) -> None:
+    """The kubelet would keep a vanished plugin's devices in the node's capacity for 5 minutes."""
+    async with running(FakePlugin(), plugin_dir):
+        await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
+    assert advertised(kubelet) == {}

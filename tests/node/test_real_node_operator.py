@@ -170,9 +170,13 @@ def test_cr_deletion_removes_daemonset_pods_and_devices(
 
     wait_for("the plugin DaemonSet to be garbage-collected", daemonset_gone, timeout=60)
     wait_for("the plugin pods to be gone", lambda: not client.get(PLUGIN_PODS)["items"], timeout=60)
-    # The kubelet marks a vanished plugin's devices unhealthy at once; capacity keeps the count
-    # for its 5-minute endpoint grace period, allocatable does not.
-    wait_for(f"allocatable {I915}=0", lambda: _allocatable(client, real_node.name) == "0", timeout=30)
+    # The plugin withdraws its devices as it stops; otherwise the kubelet would keep them in the
+    # capacity for its 5-minute endpoint grace period (allocatable drops either way).
+    def withdrawn() -> bool:
+        status = client.get(f"/api/v1/nodes/{real_node.name}")["status"]
+        return status["capacity"].get(I915, "0") == "0" and status["allocatable"].get(I915, "0") == "0"
+
+    wait_for(f"capacity and allocatable {I915}=0", withdrawn, timeout=30)
 
 
 def test_nothing_is_left_after_the_operator_is_uninstalled(

@@ -61,6 +61,8 @@ MAX_RETRY_INTERVAL = 1.0
 """Backoff cap while the kubelet is unreachable; keeps re-registration within a second."""
 FIRST_RETRY_INTERVAL = 0.05
 REGISTER_TIMEOUT = 5.0
+# How long ``stop`` waits for open ListAndWatch streams to carry the empty device list.
+WITHDRAW_TIMEOUT = 0.3
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self._version = 0
         self._recheck_interval = recheck_interval or (lambda: RECHECK_INTERVAL)
         self._open_streams = 0
+        self._streams_behind: dict[int, int] = {}  # stream id -> version it last sent
         self._stream_lost_at: float | None = None
         self._changed = asyncio.Condition()
         self._server: grpc.aio.Server | None = None
@@ -164,6 +167,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self._registered_with: tuple[int, int] | None = None
         self._wake = asyncio.Event()
         self._stopping = False
+        self._closing = False  # set first by ``stop``: no update after the withdrawal
         self._last_problem = ""
         self._cdi_written: dict[str, tuple[CdiDevice, Path]] = {}
         # Hooks resolved once: an isinstance check against a runtime-checkable Protocol walks its
@@ -185,8 +189,14 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         """Replace the advertised devices; every open ListAndWatch stream sends the new list.
 
         A list that cannot be turned into a message is logged and not served; the last good one
-        stays (and Allocate keeps using the devices that went with it).
+        stays (and Allocate keeps using the devices that went with it). Once ``stop`` has begun,
+        nothing is advertised any more.
         """
+        if self._closing:
+            return
+        await self._publish(devices)
+
+    async def _publish(self, devices: DeviceMap) -> None:
         try:
             message = pb.ListAndWatchResponse(devices=to_proto_devices(devices))
         except Exception:
@@ -301,7 +311,22 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self._socket_identity = None
 
     async def stop(self) -> None:
-        """Stop serving and remove our own socket (never someone else's)."""
+        """Withdraw the devices, stop serving and remove our own socket (never someone else's).
+
+        Why withdraw first: the kubelet keeps a vanished plugin's devices in the node's capacity for
+        its endpoint grace period (5 minutes; allocatable drops at once). An empty list sent on the
+        open streams before they end takes capacity to 0 too, so a removed plugin (its CR deleted,
+        its node unlabelled) leaves a node that says what it has.
+        """
+        self._closing = True
+        if self._open_streams and not self._stopping:
+            await self._publish({})
+            withdrawn = self._version
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WITHDRAW_TIMEOUT), self._changed:
+                    await self._changed.wait_for(
+                        lambda: all(v >= withdrawn for v in self._streams_behind.values())
+                    )
         self._stopping = True
         self._wake.set()
         async with self._changed:
@@ -325,7 +350,9 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse]
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         sent_version = -1
+        stream = id(context)
         self._open_streams += 1
+        self._streams_behind[stream] = sent_version
         self._stream_lost_at = None
         try:
             while True:
@@ -342,7 +369,12 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
                     await asyncio.sleep(RECHECK_INTERVAL)
                     continue
                 yield message
+                # The next message is asked for once this one is written: it has left.
+                async with self._changed:
+                    self._streams_behind[stream] = sent_version
+                    self._changed.notify_all()
         finally:
+            self._streams_behind.pop(stream, None)
             self._open_streams -= 1
             if not self._stopping and self._open_streams == 0:
                 self._stream_lost_at = time.monotonic()
