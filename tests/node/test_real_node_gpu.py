@@ -22,7 +22,13 @@ from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.node import RealNode, workload_pod
 from k8stest.node_plugins import PLUGIN_NAMESPACE as NAMESPACE
-from k8stest.node_plugins import SamplePlugin, registrations, run_to_completion, sample_plugin
+from k8stest.node_plugins import (
+    SamplePlugin,
+    registrations,
+    run_to_completion,
+    sample_plugin,
+    unschedulable_message,
+)
 from k8stest.ociimage import qualified_reference
 
 pytestmark = pytest.mark.k8s
@@ -83,6 +89,23 @@ def test_gpu_plugin_image_serves_the_simulated_cards_to_a_pod(
     assert pod["status"]["phase"] == "Succeeded", log
     assert "cards=1" in log
     assert "-card" in log and "-render" in log  # the by-path links of the allocated card
+
+
+def test_pod_asking_for_more_gpus_than_the_node_has_stays_pending(
+    gpu_plugin: GpuPlugin, client: KubeClient
+) -> None:
+    node = gpu_plugin.node
+    too_many = str(int(gpu_plugin.expected) + 1)
+    client.create(
+        "/api/v1/namespaces/default/pods",
+        workload_pod("too-many-gpus", node.name, "true", limits={I915: too_many}),
+    )
+    try:
+        message = unschedulable_message(client, "too-many-gpus")
+        assert f"Insufficient {I915}" in message, message
+        assert client.get("/api/v1/namespaces/default/pods/too-many-gpus")["status"]["phase"] == "Pending"
+    finally:
+        client.delete("/api/v1/namespaces/default/pods/too-many-gpus")
 
 
 def test_plugin_registers_again_after_a_kubelet_restart(gpu_plugin: GpuPlugin, client: KubeClient) -> None:

@@ -170,11 +170,12 @@ def test_cr_deletion_removes_daemonset_pods_and_devices(
 
     wait_for("the plugin DaemonSet to be garbage-collected", daemonset_gone, timeout=60)
     wait_for("the plugin pods to be gone", lambda: not client.get(PLUGIN_PODS)["items"], timeout=60)
+
     # The plugin withdraws its devices as it stops; otherwise the kubelet would keep them in the
     # capacity for its 5-minute endpoint grace period (allocatable drops either way).
     def withdrawn() -> bool:
         status = client.get(f"/api/v1/nodes/{real_node.name}")["status"]
-        return status["capacity"].get(I915, "0") == "0" and status["allocatable"].get(I915, "0") == "0"
+        return bool(status["capacity"].get(I915, "0") == "0" and status["allocatable"].get(I915, "0") == "0")
 
     wait_for(f"capacity and allocatable {I915}=0", withdrawn, timeout=30)
 
