@@ -351,6 +351,12 @@ def bench_operator(runs: int, rolls: int = 3) -> dict[str, Any]:
                     p for p in client.get(plugin_pods)["items"] if not p["metadata"].get("deletionTimestamp")
                 ]
 
+            def withdrawn() -> bool:
+                status = client.get(node_path)["status"]
+                return bool(
+                    status["capacity"].get(i915, "0") == "0" and status["allocatable"].get(i915, "0") == "0"
+                )
+
             def gone() -> bool:
                 return allocatable() == "0" and not client.get(plugin_pods)["items"]
 
@@ -369,7 +375,7 @@ def bench_operator(runs: int, rolls: int = 3) -> dict[str, Any]:
                 )
                 t0 = time.monotonic()
                 client.delete(cr_path)
-                wait_for(f"{i915}=0", lambda: allocatable() == "0", timeout=120, interval=0.05)
+                wait_for(f"capacity and allocatable {i915}=0", withdrawn, timeout=120, interval=0.05)
                 deleted_to_zero.append(time.monotonic() - t0)
                 wait_for("no plugin pod", gone, timeout=120, interval=0.05)
                 deleted_to_no_pods.append(time.monotonic() - t0)
@@ -408,7 +414,7 @@ def bench_operator(runs: int, rolls: int = 3) -> dict[str, Any]:
         ),
         "gpu_pod_created_to_running_s": _summary(gpu_pod_running),
         "baseline_pod_without_devices_created_to_running_s (same run)": _summary(plain_pod_running),
-        "sample_deleted_to_allocatable_0_s": _summary(deleted_to_zero),
+        "sample_deleted_to_capacity_and_allocatable_0_s": _summary(deleted_to_zero),
         "sample_deleted_to_plugin_pod_gone_s": _summary(deleted_to_no_pods),
         "image_tag_change_to_new_pod_with_allocatable_back_s": _summary(roll_total),
         "image_tag_change_time_allocatable_below_count_s": _summary(roll_gap),
