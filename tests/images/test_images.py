@@ -153,3 +153,23 @@ def test_node_image_installs_a_small_self_contained_fpga_hook(checks: dict[str, 
     size = checks["node"]["fpga_hook_bundle_bytes"]
     assert size is not None, checks["node"]["output"]
     assert 1_000_000 < size < 40_000_000
+
+
+def test_prune_keeps_the_newest_archives_of_one_target(tmp_path: Path) -> None:
+    for age, name in enumerate(
+        ["node-0.1.0-a", "node-0.1.0-b", "node-0.1.0-c", "node-0.1.0-d", "operator-0.1.0-a"]
+    ):
+        archive = tmp_path / f"{name}.oci.tar"
+        archive.write_bytes(b"x")
+        archive.with_suffix(".check.json").write_text("{}")
+        os.utime(archive, (1000 - age, 1000 - age))  # "a" is the newest
+    removed = build.prune_archives(tmp_path, "node", keep=2)
+    assert [p.name for p in removed] == ["node-0.1.0-c.oci.tar", "node-0.1.0-d.oci.tar"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "node-0.1.0-a.oci.check.json",
+        "node-0.1.0-a.oci.tar",
+        "node-0.1.0-b.oci.check.json",
+        "node-0.1.0-b.oci.tar",
+        "operator-0.1.0-a.oci.check.json",
+        "operator-0.1.0-a.oci.tar",
+    ]

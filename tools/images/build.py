@@ -248,6 +248,7 @@ def build_target(target: str, cache: Path, base_id: str, version: str, rev: str,
         found = image_inspect(ref)
         if found is None or f"sha256:{found['FromImageID']}" != archive_config_digest(archive):
             run(["buildah", "pull", "--quiet", f"oci-archive:{archive}"])
+        os.utime(archive)  # the newest archive of a target is the last one built or reused (tests use it)
         return Built(target, ref, archive, key)
     cmd = [
         "buildah",
@@ -410,6 +411,21 @@ def size_summary(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+KEEP_ARCHIVES = 3
+
+
+def prune_archives(cache: Path, target: str, keep: int = KEEP_ARCHIVES) -> list[Path]:
+    """Delete all but the ``keep`` newest archives of ``target`` (with their check results): every
+    source change makes a new one, and each is tens of megabytes."""
+    archives = sorted(cache.glob(f"{target}-*.oci.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+    removed = []
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
+        old.with_suffix(".check.json").unlink(missing_ok=True)
+        removed.append(old)
+    return removed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -439,6 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["images"][target] = result
             if not result["ok"]:
                 raise BuildError(f"{built.ref} failed its check:\n{result['output']}")
+            prune_archives(opts.cache, target)
     except BuildError as exc:
         log(str(exc))
         return 1
