@@ -141,6 +141,16 @@ class KubeClient:
     def delete(self, path: str) -> JSON:
         return self.request("DELETE", path)
 
+    def delete_if_present(self, path: str) -> bool:
+        """Delete, tolerating NotFound (idempotent clean-up); whether there was something to delete."""
+        try:
+            self.delete(path)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            return False
+        return True
+
     def merge_patch(self, path: str, patch: Mapping[str, Any]) -> JSON:
         return self.request("PATCH", path, patch, content_type="application/merge-patch+json")
 

@@ -25,7 +25,7 @@ from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 from k8stest.binaries import repo_root
-from k8stest.kubeclient import ApiError, KubeClient, wait_for
+from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.node import RealNode, pod_log
 from k8stest.pytest_plugin import _unavailable
 
@@ -185,11 +185,7 @@ def sample_plugin(
     try:
         yield SamplePlugin(kind, node, image, spec, ds)
     finally:
-        try:
-            client.delete(f"{ds_path}/{ds['metadata']['name']}")
-        except ApiError as e:
-            if e.status != 404:
-                raise
+        client.delete_if_present(f"{ds_path}/{ds['metadata']['name']}")
         client.merge_patch(node_path, {"metadata": {"labels": {k: None for k in selector}}})
 
 

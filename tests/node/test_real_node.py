@@ -29,6 +29,7 @@ from k8stest.node import (
     start_real_node,
     workload_pod,
 )
+from k8stest.node_plugins import unschedulable_message
 
 pytestmark = pytest.mark.k8s
 
@@ -41,11 +42,7 @@ def pods(client: KubeClient) -> Iterator[list[str]]:
     created: list[str] = []
     yield created
     for name in created:
-        try:
-            client.delete(f"{PODS}/{name}")
-        except ApiError as e:
-            if e.status != 404:
-                raise
+        client.delete_if_present(f"{PODS}/{name}")
     for name in created:
 
         def gone(name: str = name) -> bool:
@@ -225,18 +222,7 @@ def test_fake_device_plugin_hands_a_device_node_to_a_pod(
         client.create(PODS, workload_pod("wants-three", real_node.name, "true", limits={resource: "3"}))
         pods.append("wants-three")
 
-        def unschedulable() -> str | None:
-            pod = client.get(f"{PODS}/wants-three")
-            for c in pod.get("status", {}).get("conditions", []):
-                if (
-                    c["type"] == "PodScheduled"
-                    and c["status"] == "False"
-                    and c.get("reason") == "Unschedulable"
-                ):
-                    return str(c.get("message", ""))
-            return None
-
-        message = wait_for("wants-three unschedulable", unschedulable, timeout=30)
+        message = unschedulable_message(client, "wants-three")
         assert f"Insufficient {resource}" in message
         assert client.get(f"{PODS}/wants-three")["status"]["phase"] == "Pending"
 

@@ -70,11 +70,7 @@ def gpu_sample(operator: NodeOperator, real_node: RealNode) -> Iterator[dict[str
     try:
         yield sample
     finally:
-        try:
-            client.delete(f"{GPU_CRS}/{SAMPLE}")
-        except ApiError as e:
-            if e.status != 404:
-                raise
+        client.delete_if_present(f"{GPU_CRS}/{SAMPLE}")
         client.merge_patch(node_path, {"metadata": {"labels": {k: None for k in labels}}})
         client.close()
 

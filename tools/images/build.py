@@ -273,16 +273,39 @@ def build_target(target: str, cache: Path, base_id: str, version: str, rev: str,
         cmd += ["--secret", f"id=ca-bundle,src={HOST_CA_BUNDLE}"]
     log(f"building {ref}")
     run([*cmd, str(ROOT)])
+    relabel(
+        ref,
+        {
+            "org.opencontainers.image.version": version,
+            "org.opencontainers.image.revision": rev,
+            "org.opencontainers.image.source": src,
+        },
+    )
     tmp = archive.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     run(["buildah", "push", "--quiet", ref, f"oci-archive:{tmp}:{ref}"])
     tmp.rename(archive)
-    # Several clones (a CI checkout, a work tree) may share the cache: keep other keys for a week.
-    week_ago = time.time() - 7 * 86400
-    for old in cache.glob(f"{target}-*.oci.*"):
-        if not old.name.startswith(archive.name.removesuffix(".tar")) and old.stat().st_mtime < week_ago:
-            old.unlink()
+    prune_archives(cache, target)
     return Built(target, ref, archive, key)
+
+
+def relabel(ref: str, wanted: dict[str, str]) -> None:
+    """Set ``wanted`` labels on ``ref`` if the build left others.
+
+    buildah's layer cache can return a LABEL step made with other build arguments: a build of the
+    same sources at another revision handed back that revision's label. The labels are checked
+    after every build and written again when they differ.
+    """
+    info = image_inspect(ref)
+    labels = ((info or {}).get("OCIv1", {}).get("config") or {}).get("Labels") or {}
+    if all(labels.get(k) == v for k, v in wanted.items()):
+        return
+    ctr = run(["buildah", "from", "--pull=never", "--quiet", ref]).stdout.strip()
+    try:
+        run(["buildah", "config", *(f"--label={k}={v}" for k, v in wanted.items()), ctr])
+        run(["buildah", "commit", "--quiet", ctr, ref])
+    finally:
+        run(["buildah", "rm", ctr], check=False)
 
 
 def archive_layers(archive: Path) -> list[tuple[str, int]]:
@@ -455,7 +478,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["images"][target] = result
             if not result["ok"]:
                 raise BuildError(f"{built.ref} failed its check:\n{result['output']}")
-            prune_archives(opts.cache, target)
     except BuildError as exc:
         log(str(exc))
         return 1
