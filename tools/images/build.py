@@ -243,11 +243,18 @@ def build_target(target: str, cache: Path, base_id: str, version: str, rev: str,
     key = digest_files(source_files(), ROOT, [target, base_id, version, rev, src])[:16]
     ref = image_ref(target, version)
     archive = cache / f"{target}-{version}-{key}.oci.tar"
+    labels = {
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.revision": rev,
+        "org.opencontainers.image.source": src,
+    }
     if archive.exists():
         # The name in local storage may meanwhile point at another clone's build: restore this archive's.
         found = image_inspect(ref)
         if found is None or f"sha256:{found['FromImageID']}" != archive_config_digest(archive):
             run(["buildah", "pull", "--quiet", f"oci-archive:{archive}"])
+        if relabel(ref, labels):  # an archive made before labels were checked
+            write_archive(ref, archive)
         os.utime(archive)  # the newest archive of a target is the last one built or reused (tests use it)
         return Built(target, ref, archive, key)
     cmd = [
@@ -273,39 +280,39 @@ def build_target(target: str, cache: Path, base_id: str, version: str, rev: str,
         cmd += ["--secret", f"id=ca-bundle,src={HOST_CA_BUNDLE}"]
     log(f"building {ref}")
     run([*cmd, str(ROOT)])
-    relabel(
-        ref,
-        {
-            "org.opencontainers.image.version": version,
-            "org.opencontainers.image.revision": rev,
-            "org.opencontainers.image.source": src,
-        },
-    )
-    tmp = archive.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    run(["buildah", "push", "--quiet", ref, f"oci-archive:{tmp}:{ref}"])
-    tmp.rename(archive)
+    relabel(ref, labels)
+    write_archive(ref, archive)
     prune_archives(cache, target)
     return Built(target, ref, archive, key)
 
 
-def relabel(ref: str, wanted: dict[str, str]) -> None:
+def write_archive(ref: str, archive: Path) -> None:
+    """``ref`` from local storage as an OCI archive (replacing it atomically); its check result goes."""
+    tmp = archive.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    run(["buildah", "push", "--quiet", ref, f"oci-archive:{tmp}:{ref}"])
+    tmp.rename(archive)
+    archive.with_suffix(".check.json").unlink(missing_ok=True)
+
+
+def relabel(ref: str, wanted: dict[str, str]) -> bool:
     """Set ``wanted`` labels on ``ref`` if the build left others.
 
     buildah's layer cache can return a LABEL step made with other build arguments: a build of the
     same sources at another revision handed back that revision's label. The labels are checked
-    after every build and written again when they differ.
+    after every build and written again when they differ; returns whether they were.
     """
     info = image_inspect(ref)
     labels = ((info or {}).get("OCIv1", {}).get("config") or {}).get("Labels") or {}
     if all(labels.get(k) == v for k, v in wanted.items()):
-        return
+        return False
     ctr = run(["buildah", "from", "--pull=never", "--quiet", ref]).stdout.strip()
     try:
         run(["buildah", "config", *(f"--label={k}={v}" for k, v in wanted.items()), ctr])
         run(["buildah", "commit", "--quiet", ctr, ref])
     finally:
         run(["buildah", "rm", ctr], check=False)
+    return True
 
 
 def archive_layers(archive: Path) -> list[tuple[str, int]]:
