@@ -42,19 +42,20 @@ from k8stest.node import (
     workload_pod,
     write_test_images,
 )
-from k8stest.node_plugins import PLUGIN_NAMESPACE, node_image_archive, sample_daemonset
+from k8stest.node_plugins import (
+    PLUGIN_NAMESPACE,
+    create_plugin_identity,
+    node_image_archive,
+    plugin_identity,
+    sample_daemonset,
+)
 from k8stest.process import port_is_listening
 
 T = TypeVar("T")
 
 # Simulated kinds whose plugin DaemonSet cannot serve on the real node yet, and why. The demo says
-# so and runs the rest.
-NOT_ON_REAL_NODE: Mapping[str, str] = {
-    "fpga": (
-        "its init container installs the CRI hook into the hostPath /opt/intel/fpga-sw,"
-        " which the node does not isolate from the machine yet"
-    ),
-}
+# so and runs the rest. Every kind of the simulator runs there now.
+NOT_ON_REAL_NODE: Mapping[str, str] = {}
 
 PLUGIN_TIMEOUT_S = 60.0  # DaemonSets applied -> every kind's resources allocatable
 POD_TIMEOUT_S = 60.0
@@ -280,7 +281,8 @@ class Scenario:
         return status
 
     def apply_plugins(self, image: str, plans: Sequence[KindPlan]) -> None:
-        """Each kind's DaemonSet as the operator builds it for the sample CR, the node labelled for it."""
+        """Each kind's DaemonSet as the operator builds it for the sample CR, the node labelled for
+        it, and the plugin pods' ServiceAccount and RBAC that the operator's install ships (FPGA)."""
         self.client.apply_ok(
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}},
@@ -291,6 +293,7 @@ class Scenario:
             spec, ds = sample_daemonset(DeviceKind(plan.kind), image)
             labels.update(spec.get("nodeSelector", {}))
             manifests.append(ds)
+            create_plugin_identity(self.client, plugin_identity(DeviceKind(plan.kind)))
         self.client.merge_patch(self.node_path, {"metadata": {"labels": labels}})
         for ds in manifests:
             self.client.create(f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets", ds)

@@ -8,7 +8,7 @@ machine it runs on:
 - Its processes run in a private mount namespace (``unshare --mount``). There, ``/sys`` and
   ``/dev`` are work-directory trees that merge a simulated node (``sim/``) with the host parts the
   kubelet needs (cgroups, CPU topology), ``/var/lib`` and ``/run`` are fresh tmpfs instances,
-  ``/var/lib/kubelet`` and ``/var/log`` are work-directory bind mounts, and the six ``/proc/sys``
+  ``/var/lib/kubelet``, ``/var/log`` and ``/opt`` are work-directory bind mounts, and the six ``/proc/sys``
   values the kubelet would otherwise set are files holding the values it wants.
 - The kubelet, containerd and every pod share a network namespace of the node's own; the CNI bridge
   lives there. :mod:`k8stest.nodeproxy` joins it to the control plane on the machine's loopback:
@@ -216,6 +216,12 @@ class NodeLayout:
     @property
     def device_plugin_dir(self) -> Path:
         return self.kubelet_dir / "device-plugins"
+
+    @property
+    def opt_dir(self) -> Path:
+        """Seen as /opt inside the node: software a DaemonSet installs on the host (the FPGA CRI
+        hook in /opt/intel/fpga-sw) lands here, not in the machine's /opt."""
+        return self.workdir / "opt"
 
     @property
     def log_dir(self) -> Path:
@@ -887,7 +893,7 @@ def start_real_node(
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     layout = NodeLayout(workdir, f"/k8stest-{secrets.token_hex(4)}")
-    for d in (layout.kubelet_dir, layout.device_plugin_dir, layout.log_dir, layout.logs,
+    for d in (layout.kubelet_dir, layout.device_plugin_dir, layout.log_dir, layout.opt_dir, layout.logs,
               layout.sysctl_dir, workdir / "cni", workdir / "containerd-root"):  # fmt: skip
         d.mkdir(parents=True, exist_ok=True)
 
@@ -964,6 +970,7 @@ def start_real_node(
         "mounts": [
             {"kind": "tmpfs", "target": "/run"},
             {"kind": "tmpfs", "target": "/var/lib"},
+            {"kind": "bind", "source": str(layout.opt_dir), "target": "/opt"},
             {"kind": "mkdir", "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.kubelet_dir), "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.log_dir), "target": "/var/log"},

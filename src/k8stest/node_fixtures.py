@@ -35,7 +35,8 @@ __all__ = ["NODE_PROFILE", "node_binaries", "node_control_plane", "node_images",
 
 # The simulated hardware of the session node: two i915 GPUs (one with a MEI node) and one xe; two
 # QAT 4xxx PFs (crypto, compression) with two VFs each on vfio-pci, as DPDK mode serves them; SGX
-# with 256 MiB of EPC; one DSA with a dedicated and a shared user work queue.
+# with 256 MiB of EPC; one DSA with a dedicated and a shared user work queue; one Arria 10 FPGA on
+# the DFL driver with one port running native loopback 0.
 NODE_PROFILE = """
 [node]
 name = "k8stest-node"
@@ -59,6 +60,9 @@ epc_bytes_per_node = 268435456
 [[dsa]]
 wqs = 2
 wq_mode = "mixed"
+[[fpga]]
+driver = "dfl"
+count = 1
 """
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +32,11 @@ from k8stest.pytest_plugin import _unavailable
 __all__ = [
     "PLUGIN_NAMESPACE",
     "SamplePlugin",
+    "create_plugin_identity",
+    "delete_plugin_identity",
     "node_image",
     "node_image_archive",
+    "plugin_identity",
     "registrations",
     "run_to_completion",
     "sample_daemonset",
@@ -44,6 +47,11 @@ __all__ = [
 IMAGES_CACHE_ENV = "IMAGES_CACHE"
 PLUGIN_NAMESPACE = "inteldeviceplugins-system"
 SAMPLES = Path("deploy/operator/samples")
+# What the operator's kustomization (deploy/operator/default) puts before every name it ships.
+INSTALL_NAME_PREFIX = "intel-deviceplugins-"
+# The ServiceAccount and RBAC the operator's install ships for FPGA plugin pods (the plugin reads
+# its node's mode annotation); the manager names the account in FPGA_PLUGIN_SERVICE_ACCOUNT.
+FPGA_PLUGIN_RBAC = Path("deploy/operator/rbac/fpga_plugin.yaml")
 PODS = "/api/v1/namespaces/default/pods"
 
 
@@ -73,23 +81,77 @@ def node_image(real_node: RealNode) -> str:
     return names[0]
 
 
+def _deploy_root() -> Path:
+    root = repo_root()
+    if root is None:
+        raise FileNotFoundError("the repository's deploy/ directory (k8stest runs from a checkout)")
+    return root
+
+
+def plugin_identity(kind: DeviceKind, namespace: str = PLUGIN_NAMESPACE) -> list[dict[str, Any]]:
+    """The objects the operator's install ships for ``kind``'s plugin pods, named and placed as
+    ``deploy/operator/default`` does (name prefix, ``namespace``): for FPGA its ServiceAccount,
+    ClusterRole and ClusterRoleBinding; nothing for the other kinds."""
+    if kind is not DeviceKind.FPGA:
+        return []
+    objects = [doc for doc in yaml.safe_load_all((_deploy_root() / FPGA_PLUGIN_RBAC).read_text()) if doc]
+    for obj in objects:
+        obj["metadata"]["name"] = INSTALL_NAME_PREFIX + obj["metadata"]["name"]
+        if obj["kind"] == "ServiceAccount":
+            obj["metadata"]["namespace"] = namespace
+        if obj["kind"] == "ClusterRoleBinding":
+            obj["roleRef"]["name"] = INSTALL_NAME_PREFIX + obj["roleRef"]["name"]
+            for subject in obj["subjects"]:
+                subject["name"] = INSTALL_NAME_PREFIX + subject["name"]
+                subject["namespace"] = namespace
+    return objects
+
+
+def _identity_path(obj: Mapping[str, Any]) -> str:
+    """The collection an object of :func:`plugin_identity` is created in."""
+    if obj["kind"] == "ServiceAccount":
+        return f"/api/v1/namespaces/{obj['metadata']['namespace']}/serviceaccounts"
+    return f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s"
+
+
+def create_plugin_identity(client: KubeClient, objects: Sequence[Mapping[str, Any]]) -> None:
+    for obj in objects:
+        client.apply_ok(_identity_path(obj), obj)
+
+
+def delete_plugin_identity(client: KubeClient, objects: Sequence[Mapping[str, Any]]) -> None:
+    for obj in reversed(objects):
+        client.delete_if_present(f"{_identity_path(obj)}/{obj['metadata']['name']}")
+
+
 def sample_daemonset(
     kind: DeviceKind, image: str, namespace: str = PLUGIN_NAMESPACE, **changes: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the sample CR's spec with ``image``, the operator's DaemonSet for it).
 
-    ``changes`` are further spec fields
-    (CR names, e.g. ``maxNumDevices``) that replace the sample's.
+    ``changes`` are further spec fields (CR names, e.g. ``maxNumDevices``) that replace the
+    sample's. A sample's ``initImage`` becomes ``image`` too: the samples name the node image
+    unqualified, which a node resolves to a public registry (docs/node.md, "Images"). FPGA pods
+    get the ServiceAccount of :func:`plugin_identity`, as the installed operator gives them.
 
     The owner reference is dropped: no CR object exists, and the garbage collector would delete a
     DaemonSet whose owner is missing.
     """
-    root = repo_root()
-    if root is None:
-        raise FileNotFoundError("the repository's deploy/ directory (k8stest runs from a checkout)")
-    sample = yaml.safe_load((root / SAMPLES / f"deviceplugin_v1_{kind.value}deviceplugin.yaml").read_text())
+    sample = yaml.safe_load(
+        (_deploy_root() / SAMPLES / f"deviceplugin_v1_{kind.value}deviceplugin.yaml").read_text()
+    )
     spec = {**sample["spec"], **changes, "image": image}
-    ds = desired_daemonset(parse_spec(kind, spec), Owner(kind, sample["metadata"]["name"], "uid"), namespace)
+    if "initImage" in sample["spec"] and "initImage" not in changes:
+        spec["initImage"] = image
+    accounts = [
+        o["metadata"]["name"] for o in plugin_identity(kind, namespace) if o["kind"] == "ServiceAccount"
+    ]
+    ds = desired_daemonset(
+        parse_spec(kind, spec),
+        Owner(kind, sample["metadata"]["name"], "uid"),
+        namespace,
+        fpga_service_account=accounts[0] if accounts else "",
+    )
     del ds["metadata"]["ownerReferences"]
     return spec, ds
 
@@ -169,8 +231,8 @@ def sample_plugin(
 ) -> Iterator[SamplePlugin]:
     """Run the operator's DaemonSet for the ``kind`` sample (with spec ``changes``) on ``node``.
 
-    The node gets the sample's ``nodeSelector`` labels for the duration; afterwards the DaemonSet
-    is deleted and the labels removed.
+    The node gets the sample's ``nodeSelector`` labels and the kind's :func:`plugin_identity` for
+    the duration; afterwards the DaemonSet and these are deleted and the labels removed.
     """
     spec, ds = sample_daemonset(kind, image, **changes)
     node_path = f"/api/v1/nodes/{node.name}"
@@ -180,12 +242,15 @@ def sample_plugin(
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}},
     )
+    identity = plugin_identity(kind)
+    create_plugin_identity(client, identity)
     ds_path = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets"
     client.create(ds_path, ds)
     try:
         yield SamplePlugin(kind, node, image, spec, ds)
     finally:
         client.delete_if_present(f"{ds_path}/{ds['metadata']['name']}")
+        delete_plugin_identity(client, identity)
         client.merge_patch(node_path, {"metadata": {"labels": {k: None for k in selector}}})
 
 

@@ -23,13 +23,19 @@ def test_real_runtime_demo_runs_the_scenario_and_leaves_nothing(capsys: pytest.C
     assert code == 0, output
     lines = output.splitlines()
     assert lines[0].startswith("Node runtime: real"), output
-    assert "not on the real node yet: fpga" in output and "not on the real node yet: qat" not in output
-    assert "7 of 7 kinds allocatable" in output, output
-    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("gpu.", "dsa.", "sgx."))}
+    assert "not on the real node yet" not in output
+    assert "8 of 8 kinds allocatable" in output, output
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in lines
+        if line.startswith(("gpu.", "dsa.", "sgx.", "fpga."))
+    }
     # 6 i915 cards (4 + 2 SR-IOV VFs) x the sample's sharedDevNum 10, all allocatable
     assert rows["gpu.intel.com/i915"] == ["60", "60"], output
     assert rows["dsa.intel.com/wq-user-dedicated"] == ["1", "1"], output
     assert rows["sgx.intel.com/enclave"] == ["110", "110"], output
+    # the sample's region mode: both simulated Arria 10 cards under their blue bitstream's interface ID
+    assert rows["fpga.intel.com/region-ce48969398f05f33946d560708be108a"] == ["2", "2"], output
     assert "A pod asks for 1 x gpu.intel.com/i915: Succeeded" in output
     cards = [line for line in lines if line.strip().startswith("device node /dev/dri/card")]
     assert len(cards) == 1, output  # exactly the one allocated card

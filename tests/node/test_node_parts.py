@@ -9,6 +9,7 @@ import json
 import tarfile
 from pathlib import Path
 
+from intel_device_plugins.operator.kinds import DeviceKind
 from k8stest.node import (
     CAP_SYS_RESOURCE,
     NodeConfig,
@@ -21,6 +22,7 @@ from k8stest.node import (
     renumber_char_links,
     workload_pod,
 )
+from k8stest.node_plugins import plugin_identity, sample_daemonset
 from k8stest.node_runtime import bundle_dir, with_node_sysfs
 from k8stest.ociimage import (
     PAUSE_IMAGE,
@@ -291,3 +293,29 @@ def test_unqualified_image_names_are_imported_under_localhost() -> None:
     assert manifest["digest"] == "sha256:x"
     tag_only = {"manifests": [{"annotations": {"org.opencontainers.image.ref.name": "latest"}}]}
     assert localized_index(tag_only) == tag_only
+
+
+def test_fpga_sample_daemonset_uses_the_given_image_for_its_init_container_and_the_installs_account() -> None:
+    """The sample names the node image unqualified for initImage too; a node would pull that name."""
+    image = "localhost/intel-device-plugins/intel-device-plugins-node:0.1.0"
+    spec, ds = sample_daemonset(DeviceKind.FPGA, image)
+    pod = ds["spec"]["template"]["spec"]
+    assert spec["initImage"] == image
+    assert [c["image"] for c in pod["initContainers"] + pod["containers"]] == [image, image]
+    (account,) = [o for o in plugin_identity(DeviceKind.FPGA, "plugins") if o["kind"] == "ServiceAccount"]
+    assert account["metadata"] == {"name": "intel-deviceplugins-fpga-plugin", "namespace": "plugins"}
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_fpga_plugin_identity_binds_its_account_to_getting_nodes_only() -> None:
+    objects = {o["kind"]: o for o in plugin_identity(DeviceKind.FPGA, "plugins")}
+    assert set(objects) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    assert objects["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = objects["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == objects["ClusterRole"]["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "intel-deviceplugins-fpga-plugin", "namespace": "plugins"}
+    ]
+    assert plugin_identity(DeviceKind.GPU) == []
+    _, gpu = sample_daemonset(DeviceKind.GPU, "localhost/x:1")
+    assert "serviceAccountName" not in gpu["spec"]["template"]["spec"]
