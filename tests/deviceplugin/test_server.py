@@ -132,9 +132,15 @@ async def test_update_and_removal_of_a_resource(kubelet: KubeletStandIn, plugin_
         plugin.tree = {"widget": {"w0": widget(0)}}
         await kubelet.wait_for(lambda: set(advertised(kubelet)) == {"w0"})
         plugin.tree = {}
-        # Withdrawn, not left for the kubelet to mark Unhealthy and keep in capacity.
+        # Withdrawn, not left for the kubelet to mark Unhealthy and keep in capacity; the server
+        # stops and removes its socket right after.
         await kubelet.wait_for(lambda: advertised(kubelet) == {})
-        assert not (plugin_dir / "example.com-widget.sock").exists()
+        socket_path = plugin_dir / "example.com-widget.sock"
+        for _ in range(100):
+            if not socket_path.exists():
+                break
+            await asyncio.sleep(0.02)
+        assert not socket_path.exists()
 
 
 async def test_kubelet_restart_leads_to_reregistration(kubelet: KubeletStandIn, plugin_dir: Path) -> None:
