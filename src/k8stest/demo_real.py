@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +53,6 @@ from k8stest.process import port_is_listening
 
 T = TypeVar("T")
 
-# Simulated kinds whose plugin DaemonSet cannot serve on the real node yet, and why. The demo says
-# so and runs the rest. Every kind of the simulator runs there now.
-NOT_ON_REAL_NODE: Mapping[str, str] = {}
 
 PLUGIN_TIMEOUT_S = 60.0  # DaemonSets applied -> every kind's resources allocatable
 POD_TIMEOUT_S = 60.0
@@ -217,8 +214,6 @@ def plan_kinds(spec: NodeSpec) -> tuple[list[KindPlan], dict[str, str]]:
     for kind in spec.devices:
         if kind not in namespaces:
             skipped[kind] = "no device plugin for this simulator kind"
-        elif kind in NOT_ON_REAL_NODE:
-            skipped[kind] = NOT_ON_REAL_NODE[kind]
         else:
             wanted = tuple(expected_gpu_resources(spec)) if kind == "gpu" else ()
             run.append(KindPlan(kind, namespaces[kind], wanted))
@@ -421,7 +416,7 @@ def run_real_demo(spec: NodeSpec, say: Callable[[str], None], workdir: Path | No
         return 1
     say(f"Simulated node {spec.name!r}: {', '.join(spec.devices)}")
     for kind, why in skipped.items():
-        say(f"  not on the real node yet: {kind} ({why})")
+        say(f"  skipped: {kind} ({why})")
     ok = False
     leftovers: list[str] = []
     try:
