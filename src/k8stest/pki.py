@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from intel_device_plugins.operator.certs import new_ca, new_serving
+from intel_device_plugins.kube.certs import new_ca, new_serving
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from cryptography import x509
 
-from intel_device_plugins.operator.certs import (
+from intel_device_plugins.kube.certs import (
     SERVING_VALIDITY,
     CertBundle,
     ca_bundle_patch,

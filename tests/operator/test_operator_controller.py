@@ -14,6 +14,8 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.workqueue import WorkQueue, backoff
 from intel_device_plugins.operator import cli
 from intel_device_plugins.operator.combined import COMBINED_NAME
 from intel_device_plugins.operator.controller import (
@@ -26,8 +28,6 @@ from intel_device_plugins.operator.controller import (
     owner_key,
 )
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.workqueue import WorkQueue, backoff
 
 NS = "plugins"
 
@@ -508,7 +508,7 @@ def test_every_event_queues_one_combined_reconcile() -> None:
 
 def test_setting_from_flag_and_env() -> None:
     p = cli.parser()
-    assert p.parse_args(cli.normalise_dashes(["-combined-plugin-process"], p)).combined_plugin_process
+    assert p.parse_args(["-combined-plugin-process"]).combined_plugin_process
     assert not p.parse_args([]).combined_plugin_process
     assert cli.combined_mode(False, {"DEVICEPLUGIN_COMBINED": "true"}) is True
     assert cli.combined_mode(True, {"DEVICEPLUGIN_COMBINED": "false"}) is False

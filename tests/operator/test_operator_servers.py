@@ -22,12 +22,8 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
-from intel_device_plugins.operator import cli
-from intel_device_plugins.operator.certs import CertBundle, issue, renewal_reason, service_dns_names
-from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig, write_pair
-from intel_device_plugins.operator.webhook_server import (
+from intel_device_plugins.kube.certs import CertBundle, issue, renewal_reason, service_dns_names
+from intel_device_plugins.kube.https import (
     ServingCert,
     health_app,
     metrics_app,
@@ -35,6 +31,11 @@ from intel_device_plugins.operator.webhook_server import (
     start,
     webhook_app,
 )
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.selfcerts import SelfManagedCerts, SelfManagedConfig, write_pair
+from intel_device_plugins.operator import cli
+from intel_device_plugins.operator.admission import review_handlers
+from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -63,7 +64,7 @@ async def test_webhook_server_over_tls_with_reload(tmp_path: Path) -> None:
     serving = ServingCert(tmp_path)
     assert serving.reload_if_changed() and not serving.reload_if_changed()
     metrics = Metrics()
-    runner = await start(webhook_app(metrics), "127.0.0.1", 0, serving.context)
+    runner = await start(webhook_app(metrics, review_handlers()), "127.0.0.1", 0, serving.context)
     port = runner.addresses[0][1]
     url = f"https://localhost:{port}"
     try:
@@ -243,11 +244,7 @@ async def test_self_managed_issue_store_and_inject(tmp_path: Path, with_secret: 
 
 def test_cli_flags() -> None:
     p = cli.parser()
-    opts = p.parse_args(
-        cli.normalise_dashes(
-            ["-leader-elect", "-devices=gpu", "--devices", "qat", "-deviceplugin-namespace", "x"], p
-        )
-    )
+    opts = p.parse_args(["-leader-elect", "-devices=gpu", "--devices", "qat", "-deviceplugin-namespace", "x"])
     assert opts.leader_elect and opts.deviceplugin_namespace == "x"
     assert cli.select_devices(opts.devices) == (DeviceKind.GPU, DeviceKind.QAT)
     assert cli.select_devices(None) == ALL_KINDS
@@ -260,7 +257,7 @@ def test_cli_flags() -> None:
     }
     assert cli.identity({"POD_NAME": "pod-1"}) == "pod-1"
     assert cli.main(["--devices=foo"]) == 1
-    off = p.parse_args(cli.normalise_dashes(["-leader-elect=false", "--metrics-secure=true"], p))
+    off = p.parse_args(["-leader-elect=false", "--metrics-secure=true"])
     assert off.leader_elect is False and off.metrics_secure is True
     with pytest.raises(SystemExit):
         p.parse_args(["--leader"])  # no abbreviations, as with Go's flag package
@@ -354,7 +351,7 @@ def test_self_managed_mode_keeps_cryptography_out_of_the_operator_process() -> N
     import subprocess
     import sys
 
-    code = "import sys, intel_device_plugins.operator.selfcerts; print('cryptography' in sys.modules)"
+    code = "import sys, intel_device_plugins.kube.selfcerts; print('cryptography' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
 
@@ -362,7 +359,7 @@ def test_self_managed_mode_keeps_cryptography_out_of_the_operator_process() -> N
 async def test_a_known_good_secret_is_not_checked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from intel_device_plugins.operator import selfcerts
+    from intel_device_plugins.kube import selfcerts
 
     calls: list[str] = []
     real = selfcerts.certificate_request

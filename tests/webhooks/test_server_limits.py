@@ -16,8 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.webhook_server import (
+from intel_device_plugins.kube.https import (
     BadJSON,
     RunningServer,
     ServerLimits,
@@ -26,6 +25,7 @@ from intel_device_plugins.operator.webhook_server import (
     start,
     webhook_app,
 )
+from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.webhooks.handlers import SGX_PATH, sgx_review
 from tests.webhooks.podfixtures import pod, review, with_resources
 from tests.webhooks.tls import serving_cert

@@ -18,9 +18,9 @@ from intel_device_plugins.deviceplugin.manager import serve_plugins
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
-from intel_device_plugins.flags import PluginArgumentParser, parse_bool, positive_float, positive_int
+from intel_device_plugins.flags import GoFlagParser, parse_bool, positive_float, positive_int
 
-__all__ = ["PluginArgumentParser", "parse_bool", "positive_float", "positive_int"]
+__all__ = ["GoFlagParser", "parse_bool", "positive_float", "positive_int"]
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_CDI_DIR = "/var/run/cdi"
@@ -30,9 +30,9 @@ DEFAULT_EVENT_RESCAN_INTERVAL = 60.0
 """Safety rescan interval of event-driven plugins."""
 
 
-def new_parser(program: str, description: str) -> PluginArgumentParser:
+def new_parser(program: str, description: str) -> GoFlagParser:
     """A parser carrying the flags every plugin has."""
-    parser = PluginArgumentParser(prog=program, description=description)
+    parser = GoFlagParser(prog=program, description=description)
     parser.add_flag("prefix", default="", help="path prefix for /sys and /dev; kept in reported paths")
     parser.add_flag("device-plugin-dir", default=DEFAULT_DEVICE_PLUGIN_DIR, help="where kubelet.sock lives")
     parser.add_flag("cdi-dir", default=DEFAULT_CDI_DIR, help="where CDI spec files are written")
@@ -82,7 +82,7 @@ async def serve_until_signalled(plugins: Sequence[Scanner], config: FrameworkCon
 
 
 def run_plugin_command(
-    parser: PluginArgumentParser,
+    parser: GoFlagParser,
     build_plugins: Callable[[argparse.Namespace], Sequence[Scanner]],
     argv: Sequence[str] | None = None,
 ) -> int:

@@ -28,11 +28,12 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
-from intel_device_plugins.operator.apierrors import is_status, status_code
+from intel_device_plugins.kube.apierrors import is_status, status_code
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.workqueue import WorkQueue, backoff
 from intel_device_plugins.operator.combined import COMBINED_NAME, Member, combined_daemonset, served_members
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE, Owner
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.model import Condition, PluginStatus, SpecError, parse_spec
 from intel_device_plugins.operator.reconcile import (
     CONDITION_NODE_CONFLICT,
@@ -45,7 +46,6 @@ from intel_device_plugins.operator.reconcile import (
     status_patch,
 )
 from intel_device_plugins.operator.upgrade import effective_spec
-from intel_device_plugins.operator.workqueue import WorkQueue, backoff
 
 FIELD_MANAGER: Final = "intel-deviceplugin-operator"
 CONDITION_COMBINED: Final = "CombinedProcess"

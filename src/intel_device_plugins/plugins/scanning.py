@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from intel_device_plugins.deviceplugin.cli import PluginArgumentParser, positive_int
+from intel_device_plugins.deviceplugin.cli import GoFlagParser, positive_int
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 
@@ -36,7 +36,7 @@ def numa_or_problem(device_dir: Path, prefix: str, label: str, problems: list[st
         return ()
 
 
-def add_shared_dev_num(parser: PluginArgumentParser, shared_thing: str) -> None:
+def add_shared_dev_num(parser: GoFlagParser, shared_thing: str) -> None:
     """Upstream's ``-shared-dev-num``: how many containers may share one ``shared_thing``."""
     parser.add_flag(
         "shared-dev-num",

@@ -23,7 +23,7 @@ from typing import Any, Final
 import aiohttp
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
+    GoFlagParser,
     new_parser,
     positive_float,
     run_plugin_command,
@@ -171,7 +171,7 @@ class CacheWaysPlugin:
         return dataclasses.replace(allocation, envs={**allocation.envs, ENV_NAME: value})
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser("intel-rmd-deviceplugin", "RMD cache ways (intel.com/l3_cache_ways) device plugin")
     parser.add_flag("rmd-address", default="https://127.0.0.1:8443", help="RMD's base URL")
     parser.add_flag("tls-dir", default="/etc/rmd-tls", help="ca.crt, tls.crt and tls.key for RMD")

@@ -24,9 +24,9 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
+from intel_device_plugins.kube.apierrors import is_status
+from intel_device_plugins.kube.workqueue import WorkQueue
 from intel_device_plugins.logconfig import configure_logging
-from intel_device_plugins.operator.apierrors import is_status
-from intel_device_plugins.operator.workqueue import WorkQueue
 from intel_device_plugins.rmd.agent import RESOURCE, cpus_by_container, desired_workloads, needs_update
 from intel_device_plugins.rmd.operator import RmdWorkload
 from intel_device_plugins.rmd.watch import watch_forever

@@ -29,10 +29,10 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from intel_device_plugins.kube.apierrors import is_status
+from intel_device_plugins.kube.leader import ElectionConfig, LeaderElector
+from intel_device_plugins.kube.workqueue import WorkQueue
 from intel_device_plugins.logconfig import configure_logging
-from intel_device_plugins.operator.apierrors import is_status
-from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
-from intel_device_plugins.operator.workqueue import WorkQueue
 from intel_device_plugins.rmd import images
 from intel_device_plugins.rmd import reconcile as rc
 from intel_device_plugins.rmd.client import (

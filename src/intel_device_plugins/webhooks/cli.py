@@ -13,24 +13,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from lightkube import AsyncClient
 
-from intel_device_plugins.logconfig import configure_logging
-from intel_device_plugins.operator.cli import (
-    _Parser,
-    _wait_loaded,
-    add_webhook_flags,
-    go_bool,
-    install_signal_handlers,
-    normalise_dashes,
-    self_managed_certs,
-)
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.webhook_server import (
+from intel_device_plugins.flags import GoFlagParser, parse_bool
+from intel_device_plugins.kube.https import (
     ReviewHandler,
     RunningServer,
     ServingCert,
@@ -40,6 +29,14 @@ from intel_device_plugins.operator.webhook_server import (
     start,
     webhook_app,
 )
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.serving import (
+    add_webhook_flags,
+    install_signal_handlers,
+    self_managed_certs,
+    wait_loaded,
+)
+from intel_device_plugins.logconfig import configure_logging
 from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
 from intel_device_plugins.webhooks.store import MappingStore
 from intel_device_plugins.webhooks.watch import follow_all
@@ -48,7 +45,7 @@ log = logging.getLogger("intel_admissionwebhook")
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Mutating admission webhook for pods.")
+    p = GoFlagParser(prog=prog, description="Mutating admission webhook for pods.")
     add_webhook_flags(p)
     p.add_argument("--metrics-bind-address", default="0", help="metrics address; 0 (default) disables")
     p.add_argument("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address")
@@ -57,7 +54,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
         nargs="?",
         const=True,
         default=False,
-        type=go_bool,
+        type=parse_bool,
         help="accepted for compatibility; every replica serves",
     )
     p.add_argument(
@@ -98,7 +95,7 @@ async def serve(
         host, port = parse_bind(opts.metrics_bind_address)
         if port:
             runners.append(await start(metrics_app(metrics), host, port))
-        await _wait_loaded(serving)
+        await wait_loaded(serving)
         runners.append(await start(webhook_app(metrics, paths), "", opts.webhook_port, serving.context))
         log.info("webhook server listening on :%d for %s", opts.webhook_port, ", ".join(paths))
         started.set()
@@ -117,7 +114,7 @@ async def serve(
 
 def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
     p = parser(prog)
-    opts = p.parse_args(normalise_dashes(list(sys.argv[1:] if argv is None else argv), p))
+    opts = p.parse_args(argv)
     configure_logging(
         logging.DEBUG if opts.verbosity >= 2 else logging.INFO, http_requests=opts.verbosity >= 4
     )

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from intel_device_plugins.deviceplugin.cli import PluginArgumentParser, new_parser, run_plugin_command
+from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_plugin_command
 from intel_device_plugins.plugins.fpga.discovery import Mode
 from intel_device_plugins.plugins.fpga.nodemode import effective_mode, read_node_annotations
 from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
@@ -19,7 +19,7 @@ AnnotationReader = Callable[[str, str, str], Mapping[str, str]]
 """(node name, kubeconfig, master) → the node's annotations; raises when they cannot be read."""
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser(
         "intel_fpga_device_plugin", "Kubernetes device plugin for Intel FPGA cards (fpga.intel.com)."
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.flags import PluginArgumentParser
+from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.plugins.fpga.bitstream import (
     AOCX_EXTENSION,
     BITSTREAM_DIR,
@@ -311,8 +311,8 @@ def ioctl_for(root: Path, simulate: bool) -> FpgaIoctl:
     return SimulatedFme(root)
 
 
-def build_parser() -> PluginArgumentParser:
-    parser = PluginArgumentParser(
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(
         prog="intel_fpga_crihook",
         description="OCI createRuntime hook programming FPGA ports (state on stdin)",
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from intel_device_plugins.flags import PluginArgumentParser, parse_bool
+from intel_device_plugins.flags import GoFlagParser, parse_bool
 from intel_device_plugins.plugins.fpga.bitstream import (
     BITSTREAM_DIR,
     Bitstream,
@@ -332,10 +332,8 @@ def run_command(command: str, options: Options, io: FpgaIoctl, out: TextIO) -> N
         raise ToolError(f"unknown command [{command}]")
 
 
-def build_parser() -> PluginArgumentParser:
-    parser = PluginArgumentParser(
-        prog="fpga_tool", description="Inspect, install and program FPGA bitstreams"
-    )
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(prog="fpga_tool", description="Inspect, install and program FPGA bitstreams")
     parser.add_argument(
         "-b", "--b", dest="bitstream", default="", help="Path to bitstream file (GBS or AOCX)"
     )

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
+    GoFlagParser,
     new_parser,
     positive_int,
     run_plugin_command,
@@ -36,7 +36,7 @@ def parse_id_list(text: str) -> frozenset[str]:
     return frozenset(ids)
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser("intel_gpu_device_plugin", "Kubernetes device plugin for Intel GPUs (gpu.intel.com).")
     parser.add_flag("shared-dev-num", type=positive_int, default=1, help="containers that may share one GPU")
     parser.add_flag(

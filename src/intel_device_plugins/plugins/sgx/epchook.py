@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.deviceplugin.cli import PluginArgumentParser
+from intel_device_plugins.deviceplugin.cli import GoFlagParser
 from intel_device_plugins.sysfs import list_dir, prefixed, read_int
 
 log = logging.getLogger(__name__)
@@ -216,10 +216,8 @@ def patch_node_status(api: ApiServer, node: str, patch: list[dict[str, str]], ti
 # ----- command ---------------------------------------------------------------------------------
 
 
-def build_parser() -> PluginArgumentParser:
-    parser = PluginArgumentParser(
-        prog="sgx_epchook", description="Report or register the node's SGX EPC size"
-    )
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(prog="sgx_epchook", description="Report or register the node's SGX EPC size")
     parser.add_bool_flag("register", help="write the EPC size as node capacity sgx.intel.com/epc")
     parser.add_bool_flag("affirm", help="fail when the node has no EPC")
     parser.add_bool_flag("node-label", help="label the node sgx.intel.com/capable=true when it has EPC")

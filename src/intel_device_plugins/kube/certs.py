@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from intel_device_plugins.operator.certdata import (
+from intel_device_plugins.kube.certdata import (
     LEGACY_CA_KEY,
     CertBundle,
     ca_bundle_patch,

@@ -1,4 +1,4 @@
-"""HTTPS server for the CR webhooks, a health server and /metrics, on aiohttp.
+"""HTTPS server for admission webhooks, a health server and /metrics, on aiohttp.
 
 Every replica serves admission, leader or not, so the webhooks stay available during fail-over; that is why
 this server is separate from kopf (whose webhook server lives and dies with the operator it runs).
@@ -31,9 +31,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from intel_device_plugins.operator.admission import handle_review, routes
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.metricsauth import Authorizer, bearer_token
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.metricsauth import Authorizer, bearer_token
 
 TLS_CIPHERS: Final = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
 CERT_FILE: Final = "tls.crt"
@@ -147,15 +146,14 @@ ReviewHandler = Callable[[Any], Mapping[str, Any]]
 
 def webhook_app(
     metrics: Metrics,
-    extra: Mapping[str, ReviewHandler] | None = None,
+    routes: Mapping[str, ReviewHandler],
     max_body_bytes: int = 4 * 1024 * 1024,
 ) -> web.Application:
-    """Application with the 16 CR admission paths plus ``extra`` ones (the pod webhooks).
+    """Application answering an AdmissionReview on each path of ``routes`` with its handler.
 
     Bodies that are not JSON get 400, too large ones 413 — never an exception.
     """
     app = web.Application(client_max_size=max_body_bytes)
-    table = routes()
 
     async def answer(request: web.Request, handle: ReviewHandler) -> web.Response:
         try:
@@ -165,18 +163,12 @@ def webhook_app(
         metrics.admission_reviews += 1
         return web.json_response(handle(body))
 
-    async def review(request: web.Request) -> web.Response:
-        kind, operation = table[request.path]
-        return await answer(request, lambda body: handle_review(kind, operation, body))
+    for path, handler in routes.items():
 
-    for path in table:
-        app.router.add_post(path, review)
-    for path, handler in (extra or {}).items():
-
-        async def extra_review(request: web.Request, handler: ReviewHandler = handler) -> web.Response:
+        async def review(request: web.Request, handler: ReviewHandler = handler) -> web.Response:
             return await answer(request, handler)
 
-        app.router.add_post(path, extra_review)
+        app.router.add_post(path, review)
     return app
 
 

@@ -23,7 +23,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from intel_device_plugins.operator.apierrors import is_status
+from intel_device_plugins.kube.apierrors import is_status
 
 LEASE_NAME: Final = "d1c7b6d5.intel.com"
 log = logging.getLogger(__name__)
