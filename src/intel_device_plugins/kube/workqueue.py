@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Final, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -66,3 +66,29 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._waiting)
+
+
+async def run_worker(
+    queue: WorkQueue[K],
+    reconcile: Callable[[K], Awaitable[float | None]],
+    on_error: Callable[[K, Exception], None],
+) -> None:
+    """The one worker loop: take a key, reconcile it, hand it back; forever, until cancelled.
+
+    ``reconcile`` returns when to look at the key again (None: only on the next change). A failure goes to
+    ``on_error`` and the key is retried with back-off, so an API server that is away never ends the loop.
+    """
+    while True:
+        key = await queue.get()
+        failed, again = False, None
+        try:
+            again = await reconcile(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failed = True
+            on_error(key, exc)
+        finally:
+            queue.done(key, failed=failed)
+        if again is not None:
+            queue.add_after(key, again)

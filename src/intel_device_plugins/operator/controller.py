@@ -30,7 +30,7 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.kube.apierrors import is_status, status_code
 from intel_device_plugins.kube.metrics import Metrics
-from intel_device_plugins.kube.workqueue import WorkQueue, backoff
+from intel_device_plugins.kube.workqueue import WorkQueue, backoff, run_worker
 from intel_device_plugins.operator.combined import COMBINED_NAME, Member, combined_daemonset, served_members
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE, Owner
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
@@ -135,7 +135,10 @@ class Reconciler:
     async def run(self) -> None:
         """Run the workers and the periodic resync until cancelled."""
         await self._remove_other_mode()
-        tasks = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
+        tasks = [
+            asyncio.create_task(run_worker(self.queue, self._reconcile_key, self._failed))
+            for _ in range(self.cfg.workers)
+        ]
         tasks.append(asyncio.create_task(self._resync()))
         try:
             await asyncio.gather(*tasks)
@@ -143,20 +146,13 @@ class Reconciler:
             for t in tasks:
                 t.cancel()
 
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            failed = False
-            try:
-                await self.reconcile(*key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API may be restarting; retry with back-off, never crash
-                failed = True
-                self.metrics.reconcile_errors += 1
-                log.warning("reconcile %s/%s failed: %s", key[0].kind, key[1], exc)
-            finally:
-                self.queue.done(key, failed=failed)
+    async def _reconcile_key(self, key: tuple[DeviceKind, str]) -> None:
+        await self.reconcile(*key)
+
+    def _failed(self, key: tuple[DeviceKind, str], exc: Exception) -> None:
+        # the API may be restarting; the worker retries with back-off
+        self.metrics.reconcile_errors += 1
+        log.warning("reconcile %s/%s failed: %s", key[0].kind, key[1], exc)
 
     async def _resync(self) -> None:
         """Queue every CR now and then: a safety net for missed events, cheap when nothing changed."""

@@ -31,7 +31,8 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.kube.apierrors import is_status
 from intel_device_plugins.kube.leader import ElectionConfig, LeaderElector
-from intel_device_plugins.kube.workqueue import WorkQueue
+from intel_device_plugins.kube.watch import as_events, follow
+from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
 from intel_device_plugins.logconfig import configure_logging
 from intel_device_plugins.rmd import images
 from intel_device_plugins.rmd import reconcile as rc
@@ -55,7 +56,6 @@ from intel_device_plugins.rmd.model import (
     parse,
 )
 from intel_device_plugins.rmd.payload import host_cpus, workload_uuid
-from intel_device_plugins.rmd.watch import watch_forever
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,10 @@ class RmdOperator:
     # ---------------------------------------------------------------- plumbing
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
+        tasks = [
+            asyncio.create_task(run_worker(self.queue, self._reconcile_counted, self._failed))
+            for _ in range(self.cfg.workers)
+        ]
         tasks += [
             asyncio.create_task(self._watch(RmdConfig, self.cfg.namespace, self._on_config)),
             asyncio.create_task(self._watch(RmdNodeState, self.cfg.namespace, self._on_node_state)),
@@ -139,7 +142,7 @@ class RmdOperator:
     def _watch(
         self, res: Any, namespace: str | None, handler: Any, labels: Mapping[str, str] | None = None
     ) -> Coroutine[Any, Any, None]:
-        return watch_forever(self.client, res, handler, namespace=namespace, labels=labels)
+        return follow(self.client, res, as_events(handler), handler, namespace=namespace, labels=labels)
 
     def _on_config(self, event: str, body: Mapping[str, Any]) -> None:
         self.queue.add(CONFIG_KEY)
@@ -190,19 +193,14 @@ class RmdOperator:
         if node:
             self.queue.add(("node", str(node)))
 
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            failed = False
-            try:
-                delay = await self.reconcile(key)
-            except Exception as exc:
-                failed, delay = True, None
-                log.warning("reconcile %s failed: %s", "/".join(key), exc)
+    async def _reconcile_counted(self, key: Key) -> float | None:
+        try:
+            return await self.reconcile(key)
+        finally:
             self.reconciled += 1
-            retry = self.queue.done(key, failed=failed)
-            if not failed and delay is not None and retry is None:
-                self.queue.add_after(key, delay)
+
+    def _failed(self, key: Key, exc: Exception) -> None:
+        log.warning("reconcile %s failed: %s", "/".join(key), exc)
 
     async def reconcile(self, key: Key) -> float | None:
         """Reconcile one key; returns when to look again (None: only on change)."""

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import ipaddress
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Final
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from intel_device_plugins.kube import x509 as x509_issuer
+from intel_device_plugins.kube.x509 import KeyType as KeyType
+
 SERVER_NAME: Final = "rmd-nameserver"  # the name RMD's certificate carries and clients verify
-KeyType = Literal["ecdsa", "rsa"]
-PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+VALIDITY: Final = dt.timedelta(days=365)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,45 +30,8 @@ class Issued:
     key: bytes
 
 
-def _new_key(key_type: KeyType) -> PrivateKey:
-    if key_type == "rsa":
-        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem(key: PrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _builder(
-    subject: x509.Name, issuer: x509.Name, key: PrivateKey, now: dt.datetime
-) -> x509.CertificateBuilder:
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
-    )
-
-
 def new_ca(common_name: str = "intel-rmd-ca", key_type: KeyType = "ecdsa") -> Issued:
-    now = dt.datetime.now(dt.UTC)
-    key = _new_key(key_type)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        _builder(name, name, key, now)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
+    return Issued(*x509_issuer.new_ca(dt.datetime.now(dt.UTC), common_name, VALIDITY, key_type))
 
 
 def _issue(
@@ -81,19 +43,11 @@ def _issue(
     ips: Sequence[str] = (),
 ) -> Issued:
     now = dt.datetime.now(dt.UTC)
-    ca_cert = x509.load_pem_x509_certificate(ca.cert)
-    ca_key = serialization.load_pem_private_key(ca.key, password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey)
-    key = _new_key(key_type)
-    builder = _builder(subject, ca_cert.subject, key, now).add_extension(
-        x509.ExtendedKeyUsage([usage]), critical=False
+    return Issued(
+        *x509_issuer.new_leaf(
+            ca.cert, ca.key, subject, usage, now, VALIDITY, dns_names=dns, ip_addresses=ips, key_type=key_type
+        )
     )
-    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-    names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
 
 
 def new_server(ca: Issued, key_type: KeyType = "ecdsa", ips: Sequence[str] = ("127.0.0.1",)) -> Issued:
