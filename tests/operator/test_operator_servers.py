@@ -36,6 +36,9 @@ from intel_device_plugins.kube.selfcerts import SelfManagedCerts, SelfManagedCon
 from intel_device_plugins.operator import cli
 from intel_device_plugins.operator.admission import review_handlers
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.webhooks.cli import pod_webhooks
+from tests.webhooks.podfixtures import pod, with_resources
+from tests.webhooks.podfixtures import review as pod_review
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -303,7 +306,7 @@ async def test_cli_serves_webhooks_without_a_reachable_api(
             "0",
         ]
     )
-    task = asyncio.create_task(cli.amain(opts, {"DEVICEPLUGIN_NAMESPACE": "ns"}))
+    task = asyncio.create_task(cli.amain(opts, {"DEVICEPLUGIN_NAMESPACE": "ns"}, pod_webhooks))
     try:
         async with aiohttp.ClientSession() as s:
             for _ in range(100):
@@ -320,6 +323,12 @@ async def test_cli_serves_webhooks_without_a_reachable_api(
                 ssl=client_ctx(bundle),
             ) as r:
                 assert (await r.json())["response"]["allowed"] is True
+            # The pod webhooks of the enabled kinds are served beside the CR ones.
+            asking = pod_review(pod(with_resources("app", {"sgx.intel.com/epc": "1Mi"})))
+            async with s.post(
+                "https://localhost:19744/mutate--v1-pod", json=asking, ssl=client_ctx(bundle)
+            ) as r:
+                assert (await r.json())["response"]["patchType"] == "JSONPatch"
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

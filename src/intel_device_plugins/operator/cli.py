@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -47,9 +47,6 @@ from intel_device_plugins.operator import images
 from intel_device_plugins.operator.admission import review_handlers
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
-from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
-from intel_device_plugins.webhooks.store import MappingStore
-from intel_device_plugins.webhooks.watch import follow_all
 
 # ServiceAccount for FPGA plugin pods, set by the install (whose name prefix may change it); unset keeps
 # the namespace's default ServiceAccount, which usually cannot read the node's mode annotation.
@@ -149,7 +146,21 @@ def identity(env: Mapping[str, str]) -> str:
     return env.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
-async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
+#: Starts the pod webhooks for the enabled kinds ("fpga", "sgx"): their routes and background tasks.
+PodWebhooks = Callable[
+    [AsyncClient, frozenset[str]], tuple[Mapping[str, ReviewHandler], Sequence[asyncio.Task[None]]]
+]
+
+
+def no_pod_webhooks(
+    client: AsyncClient, kinds: frozenset[str]
+) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
+    return {}, []
+
+
+async def amain(
+    opts: argparse.Namespace, env: Mapping[str, str], pod_webhooks: PodWebhooks = no_pod_webhooks
+) -> int:
     namespace = env.get("DEVICEPLUGIN_NAMESPACE") or opts.deviceplugin_namespace
     kinds = select_devices(opts.devices)
     metrics = Metrics()
@@ -158,16 +169,11 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
     background: list[asyncio.Task[None]] = []
     runners: list[RunningServer] = []
     webhook_started = asyncio.Event()
-    pod_webhooks: dict[str, ReviewHandler] = {}
     try:
-        if DeviceKind.FPGA in kinds:
-            # Every replica serves admission, so every replica follows the mappings (not only the leader).
-            store = MappingStore()
-            background.append(asyncio.create_task(follow_all(client, store)))
-            # Readiness does not wait for the mappings: the CR webhooks must not depend on them.
-            pod_webhooks[FPGA_PATH] = fpga_review(store)
-        if DeviceKind.SGX in kinds:
-            pod_webhooks[SGX_PATH] = sgx_review
+        # Every replica serves admission, so every replica follows the FPGA mappings (not only the leader).
+        # Readiness does not wait for the mappings: the CR webhooks must not depend on them.
+        pod_routes, pod_tasks = pod_webhooks(client, frozenset(k.value for k in kinds))
+        background.extend(pod_tasks)
         if opts.webhook_cert_mode == "self-managed":
             background.append(asyncio.create_task(self_managed_certs(client, opts, namespace).run()))
         background.append(asyncio.create_task(serving.watch(2.0)))
@@ -197,7 +203,7 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
 
         async def serve_webhooks() -> None:
             await serve(
-                webhook_app(metrics, {**review_handlers(), **pod_webhooks}),
+                webhook_app(metrics, {**review_handlers(), **pod_routes}),
                 "",
                 opts.webhook_port,
                 True,
@@ -240,7 +246,8 @@ async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
             await client.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, pod_webhooks: PodWebhooks = no_pod_webhooks) -> int:
+    """The operator; the console script passes the pod webhooks in (``cmd/operator.py``)."""
     p = parser()
     opts = p.parse_args(argv)
     configure_logging(
@@ -262,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert task is not None
         install_signal_handlers(task)
         try:
-            return await amain(opts, dict(os.environ))
+            return await amain(opts, dict(os.environ), pod_webhooks)
         except asyncio.CancelledError:
             return 0
 

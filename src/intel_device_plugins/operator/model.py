@@ -8,13 +8,14 @@ classes, so a field exists in exactly one place.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.schemacheck import FieldError as FieldError
 from intel_device_plugins.schemacheck import JSONSchema as JSONSchema
+from intel_device_plugins.schemacheck import SpecError as SpecError
 from intel_device_plugins.schemacheck import check_value
 
 _EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
@@ -403,14 +404,6 @@ class PluginStatus:
 
 # ----------------------------------------------------------------------------------------------------
 # Parsing
-
-
-class SpecError(ValueError):
-    """Raised when a spec cannot be turned into its typed model; carries every field error found."""
-
-    def __init__(self, errors: Sequence[FieldError]) -> None:
-        super().__init__("; ".join(str(e) for e in errors))
-        self.errors = tuple(errors)
 
 
 def spec_fields(cls: type[CommonSpec]) -> tuple[dataclasses.Field[Any], ...]:

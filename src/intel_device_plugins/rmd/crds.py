@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from intel_device_plugins.operator.crdgen import crd_document, render_document
+from intel_device_plugins.kube.crds import crd_document, render_document
 from intel_device_plugins.rmd.model import (
     CONFIG_NAME,
     GROUP,

@@ -15,9 +15,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar
 
-from intel_device_plugins.operator.model import FieldError, SpecError
 from intel_device_plugins.rmd import cpuset
-from intel_device_plugins.schemacheck import JSONSchema, PatternCheck, check_value
+from intel_device_plugins.schemacheck import FieldError, JSONSchema, PatternCheck, SpecError, check_value
 
 __all__ = ["FieldError", "JSONSchema", "SpecError"]
 

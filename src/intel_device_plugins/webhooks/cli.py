@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from lightkube import AsyncClient
@@ -112,6 +112,25 @@ async def serve(
                 await client.close()
 
 
+def pod_webhooks(
+    client: AsyncClient | None, which: Collection[str], store: MappingStore | None = None
+) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
+    """Routes of the ``fpga`` and ``sgx`` pod webhooks named in ``which``, and the tasks they need.
+
+    The FPGA webhook follows the mappings into ``store`` (a fresh one unless given) through ``client``.
+    """
+    routes: dict[str, ReviewHandler] = {}
+    tasks: list[asyncio.Task[None]] = []
+    if "fpga" in which:
+        assert client is not None
+        store = store if store is not None else MappingStore()
+        routes[FPGA_PATH] = fpga_review(store)
+        tasks.append(asyncio.create_task(follow_all(client, store)))
+    if "sgx" in which:
+        routes[SGX_PATH] = sgx_review
+    return routes, tasks
+
+
 def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
     p = parser(prog)
     opts = p.parse_args(argv)
@@ -121,10 +140,7 @@ def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
     store = MappingStore()
 
     def routes(client: AsyncClient | None) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
-        if which == "sgx":
-            return {SGX_PATH: sgx_review}, []
-        assert client is not None
-        return {FPGA_PATH: fpga_review(store)}, [asyncio.create_task(follow_all(client, store))]
+        return pod_webhooks(client, {which}, store)
 
     async def runner() -> int:
         task = asyncio.current_task()

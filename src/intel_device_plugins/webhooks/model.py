@@ -1,4 +1,4 @@
-"""Typed model of the ``fpga.intel.com/v2`` custom resources; ``operator.crdgen`` renders their CRDs from it.
+"""Typed model of the ``fpga.intel.com/v2`` custom resources; ``webhooks/crds.py`` renders their CRDs from it.
 
 Each field carries its JSON name, OpenAPI schema and whether it is required, as the operator's model does.
 """
