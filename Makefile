@@ -18,12 +18,13 @@ venv: bootstrap
 DEMO_ARGS ?=
 
 demo: venv
-	$(BIN)/intel-device-plugins-demo $(DEMO_ARGS)
+	$(BIN)/python -m k8stest.demo $(DEMO_ARGS)
 
 lint: venv
 	$(BIN)/ruff check src tests bench tools
 	$(BIN)/ruff format --check src tests bench tools
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache  # the layers in .importlinter
 
 # Real Kubernetes binaries for tests/k8s, built from Go modules (cached under ~/.cache; a warm run
 # takes well under a second, a cold one about a quarter of an hour).
