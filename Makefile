@@ -45,10 +45,13 @@ helm-bin:
 node-bins: k8s-bins
 	test/node/build.sh >/dev/null
 
-unit: venv k8s-bins images helm-bin node-bins
-	$(BIN)/pytest -q
+# The fast tier: every test that needs nothing built (no Kubernetes, node, helm or images; a few minutes).
+unit: venv
+	$(BIN)/pytest -q -m "not needs_build"
 
-test: lint unit
+# The whole suite, what CI runs: builds (or finds in the cache) what the integration tiers need.
+test: lint k8s-bins images helm-bin node-bins
+	$(BIN)/pytest -q
 
 protos: venv
 	$(BIN)/python tools/genproto.py

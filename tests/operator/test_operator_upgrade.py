@@ -1,4 +1,4 @@
-"""Image reference parsing, semver ordering, ``_SHA`` overrides and automatic upgrades (§1.6)."""
+"""Image reference parsing, semver ordering, ``_SHA`` overrides and automatic upgrades."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Accept and reject tables for the defaulting and validating rules of every kind (§1.3)."""
+"""Accept and reject tables for the defaulting and validating rules of every kind."""
 
 from __future__ import annotations
 

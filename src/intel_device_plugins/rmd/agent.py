@@ -1,4 +1,4 @@
-"""The node agent's decisions (§9) as pure functions: pod + its CPUs → the RmdWorkloads it should own.
+"""The node agent's decisions (docs/rmd.md), pure: pod + its CPUs → the RmdWorkloads it should own.
 
 A container asking for ``intel.com/l3_cache_ways`` (in its limits) and owning exclusive CPUs (Guaranteed
 QoS and an integral CPU request, so the kubelet's static CPU manager pins it) gets an RmdWorkload named

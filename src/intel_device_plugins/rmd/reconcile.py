@@ -264,7 +264,7 @@ def plan_config(
 
 
 # ----------------------------------------------------------------------------------------------------
-# RMD address (§4.1, without reading any file baked into an image)
+# RMD address (without reading any file baked into an image)
 
 
 def rmd_host(node: NodeInfo, node_addresses: Sequence[str], pods: Sequence[Mapping[str, Any]]) -> str:
