@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
 from intel_device_plugins.flags import GoFlagParser, parse_bool, positive_float, positive_int
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 
 __all__ = ["GoFlagParser", "parse_bool", "positive_float", "positive_int"]
 
@@ -48,7 +47,7 @@ def new_parser(program: str, description: str) -> GoFlagParser:
         default=None,
         help="simulated nodes: take uevents from datagram sockets in this directory, not the kernel",
     )
-    parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0: info)")
+    add_verbosity_flag(parser)
     return parser
 
 
@@ -61,14 +60,6 @@ def framework_config(args: argparse.Namespace) -> FrameworkConfig:
         scan_interval=explicit or DEFAULT_SCAN_INTERVAL,
         event_rescan_interval=explicit or DEFAULT_EVENT_RESCAN_INTERVAL,
         uevent_dir=Path(args.uevent_dir) if args.uevent_dir else None,
-    )
-
-
-def configure_logging(verbosity: int) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
     )
 
 

@@ -42,7 +42,7 @@ from intel_device_plugins.kube.serving import (
     self_managed_certs,
     wait_loaded,
 )
-from intel_device_plugins.logconfig import configure_logging
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.admission import review_handlers
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
@@ -95,13 +95,7 @@ def parser() -> argparse.ArgumentParser:
     )
     add_webhook_flags(p)
     p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
-    p.add_argument(
-        "-v",
-        "--verbosity",
-        type=int,
-        default=0,
-        help="log verbosity (0 info, 2+ debug, 4+ every API request)",
-    )
+    add_verbosity_flag(p)
     return p
 
 
@@ -250,9 +244,7 @@ def main(argv: Sequence[str] | None = None, pod_webhooks: PodWebhooks = no_pod_w
     """The operator; the console script passes the pod webhooks in (``cmd/operator.py``)."""
     p = parser()
     opts = p.parse_args(argv)
-    configure_logging(
-        logging.DEBUG if opts.verbosity >= 2 else logging.INFO, http_requests=opts.verbosity >= 4
-    )
+    configure_logging(opts.verbosity)
     try:
         select_devices(opts.devices)
         combined_mode(opts.combined_plugin_process, os.environ)

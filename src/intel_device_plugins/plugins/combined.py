@@ -20,12 +20,12 @@ from types import MappingProxyType
 
 from intel_device_plugins.deviceplugin.cli import (
     GoFlagParser,
-    configure_logging,
     framework_config,
     new_parser,
     serve_and_exit,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.logconfig import configure_logging
 
 KINDS: Mapping[str, str] = MappingProxyType(
     {

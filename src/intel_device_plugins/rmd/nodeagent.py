@@ -7,7 +7,6 @@ derives, owned by the pod so they go when it goes. There is no leader election: 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -24,10 +23,11 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
+from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.kube.apierrors import is_status
 from intel_device_plugins.kube.watch import as_events, follow
 from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
-from intel_device_plugins.logconfig import configure_logging
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.rmd.agent import RESOURCE, cpus_by_container, desired_workloads, needs_update
 from intel_device_plugins.rmd.operator import RmdWorkload
 
@@ -175,13 +175,19 @@ class NodeAgent:
             log.info("could not post event: %s", exc)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="intel-rmd-node-agent", description=__doc__)
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(prog="intel-rmd-node-agent", description=__doc__)
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
     parser.add_argument("--pod-resources-socket", default=POD_RESOURCES_SOCKET)
     parser.add_argument("--resync", type=float, default=30.0)
+    add_verbosity_flag(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(logging.INFO)
+    configure_logging(args.verbosity)
     if not args.node_name:
         parser.error("--node-name (or NODE_NAME) is required: the agent serves its own node only")
 

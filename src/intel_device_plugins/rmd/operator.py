@@ -29,11 +29,12 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.kube.apierrors import is_status
 from intel_device_plugins.kube.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.kube.watch import as_events, follow
 from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
-from intel_device_plugins.logconfig import configure_logging
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.rmd import images
 from intel_device_plugins.rmd import reconcile as rc
 from intel_device_plugins.rmd.client import (
@@ -505,7 +506,7 @@ def build_transport(tls_dir: Path | None, plain: bool, timeout_s: float) -> Tran
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="intel-rmd-operator", description="Operator for Intel RMD.")
+    p = GoFlagParser(prog="intel-rmd-operator", description="Operator for Intel RMD.")
     p.add_argument(
         "--namespace",
         default=os.environ.get("POD_NAMESPACE") or os.environ.get("WATCH_NAMESPACE") or "default",
@@ -527,7 +528,7 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get(images.NODE_IMAGE_ENV) or images.default_node_image(),
         help=f"image of the node agent and device plugin (env {images.NODE_IMAGE_ENV})",
     )
-    p.add_argument("-v", type=int, default=0, help="log verbosity")
+    add_verbosity_flag(p)
     return p
 
 
@@ -559,7 +560,7 @@ async def amain(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    configure_logging(logging.DEBUG if args.v >= 4 else logging.INFO, http_requests=args.v >= 6)
+    configure_logging(args.verbosity)
     try:
         return asyncio.run(amain(args))
     except TlsConfigError as exc:

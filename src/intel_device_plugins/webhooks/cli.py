@@ -36,7 +36,7 @@ from intel_device_plugins.kube.serving import (
     self_managed_certs,
     wait_loaded,
 )
-from intel_device_plugins.logconfig import configure_logging
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
 from intel_device_plugins.webhooks.store import MappingStore
 from intel_device_plugins.webhooks.watch import follow_all
@@ -57,13 +57,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
         type=parse_bool,
         help="accepted for compatibility; every replica serves",
     )
-    p.add_argument(
-        "-v",
-        "--verbosity",
-        type=int,
-        default=0,
-        help="log verbosity (0 info, 2+ debug, 4+ every API request)",
-    )
+    add_verbosity_flag(p)
     return p
 
 
@@ -134,9 +128,7 @@ def pod_webhooks(
 def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
     p = parser(prog)
     opts = p.parse_args(argv)
-    configure_logging(
-        logging.DEBUG if opts.verbosity >= 2 else logging.INFO, http_requests=opts.verbosity >= 4
-    )
+    configure_logging(opts.verbosity)
     store = MappingStore()
 
     def routes(client: AsyncClient | None) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
