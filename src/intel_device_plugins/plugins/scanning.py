@@ -1,30 +1,15 @@
-"""What the DSA, IAA, NPU and SGX plugins share: the discovery result type and two small helpers.
-
-Discovery functions return the device tree together with the problems they met (one line each,
-naming the device) and never log; the plugin shell hands the problems to
-:class:`~intel_device_plugins.deviceplugin.problems.ProblemLog`.
-"""
+"""Small helpers the plugins share (the scan result itself is ``deviceplugin.model.Discovery``)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.cli import GoFlagParser, positive_int
-from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 
 PCI_ID = re.compile(r"^0x[0-9a-fA-F]{4}$")
 """A PCI vendor or device ID as sysfs writes it; anything else in those files is garbage."""
-
-
-@dataclass(frozen=True)
-class Discovery:
-    """A scan's result: the tree to serve and the problems found on the way."""
-
-    tree: DeviceTree
-    problems: tuple[str, ...] = ()
 
 
 def numa_or_problem(device_dir: Path, prefix: str, label: str, problems: list[str]) -> tuple[int, ...]:
