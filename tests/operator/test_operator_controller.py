@@ -28,21 +28,9 @@ from intel_device_plugins.operator.controller import (
     owner_key,
 )
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from tests.builders import merge_patch
 
 NS = "plugins"
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies it."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def ds_status(desired: int, ready: int) -> dict[str, int]:

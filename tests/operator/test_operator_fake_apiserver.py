@@ -28,6 +28,7 @@ from intel_device_plugins.operator.controller import ControllerConfig, run_contr
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, DeviceKind
+from tests.builders import merge_patch
 
 NS = "plugins"
 
@@ -98,18 +99,6 @@ DISCOVERY: dict[str, Any] = {
         ],
     },
 }
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
