@@ -1,7 +1,7 @@
 """HTTPS server for admission webhooks, a health server and /metrics, on aiohttp.
 
 Every replica serves admission, leader or not, so the webhooks stay available during fail-over; that is why
-this server is separate from kopf (whose webhook server lives and dies with the operator it runs).
+this server runs on its own, apart from the controllers.
 The serving certificate is loaded into one SSLContext and reloaded in place when the files change, which is
 how both cert-manager rotations and the self-managed mode reach new TLS handshakes without a restart.
 

@@ -94,7 +94,12 @@ def parser() -> argparse.ArgumentParser:
         f"(env {images.PLUGIN_IMAGE_ENV}; default {images.node_image()})",
     )
     add_webhook_flags(p)
-    p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="concurrent reconciles; 0 (default): one per enabled device kind, as upstream's controllers",
+    )
     add_verbosity_flag(p)
     return p
 
