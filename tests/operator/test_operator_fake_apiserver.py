@@ -1,4 +1,4 @@
-"""The operator's real kopf and lightkube wiring against a small in-process HTTP API server.
+"""The operator's real watch and lightkube wiring against a small in-process HTTP API server.
 
 This is no substitute for the real control plane (no admission, no controllers, simplified apply), but it
 runs the same code paths over HTTP: discovery, list and watch streams, server-side apply of the DaemonSet,
