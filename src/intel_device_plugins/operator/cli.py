@@ -16,32 +16,16 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Final
 
-from aiohttp import web
 from lightkube import AsyncClient
 
 from intel_device_plugins.flags import GoFlagParser, parse_bool
-from intel_device_plugins.kube.https import (
-    ReviewHandler,
-    RunningServer,
-    ServingCert,
-    health_app,
-    metrics_app,
-    parse_bind,
-    start,
-    webhook_app,
-)
+from intel_device_plugins.kube.https import ReviewHandler
 from intel_device_plugins.kube.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.kube.metricsauth import CachedAuthorizer, api_authorizer
-from intel_device_plugins.kube.serving import (
-    add_webhook_flags,
-    install_signal_handlers,
-    self_managed_certs,
-    wait_loaded,
-)
+from intel_device_plugins.kube.serving import add_webhook_flags, install_signal_handlers, serve_admission
 from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.admission import review_handlers
@@ -164,83 +148,42 @@ async def amain(
     kinds = select_devices(opts.devices)
     metrics = Metrics()
     client = AsyncClient(field_manager=FIELD_MANAGER)
-    serving = ServingCert(Path(opts.webhook_cert_dir))
-    background: list[asyncio.Task[None]] = []
-    runners: list[RunningServer] = []
-    webhook_started = asyncio.Event()
+    pod_tasks: Sequence[asyncio.Task[None]] = ()
     try:
         # Every replica serves admission, so every replica follows the FPGA mappings (not only the leader).
         # Readiness does not wait for the mappings: the CR webhooks must not depend on them.
         pod_routes, pod_tasks = pod_webhooks(client, frozenset(k.value for k in kinds))
-        background.extend(pod_tasks)
-        if opts.webhook_cert_mode == "self-managed":
-            background.append(asyncio.create_task(self_managed_certs(client, opts, namespace).run()))
-        background.append(asyncio.create_task(serving.watch(2.0)))
-        host, port = parse_bind(opts.health_probe_bind_address)
-        if port:
-            runners.append(await start(health_app(webhook_started.is_set), host, port))
-
-        async def serve(app: web.Application, host: str, port: int, tls: bool, what: str) -> None:
-            """Start a server once its certificate is there; a failure is logged, never silent."""
-            try:
-                if tls:
-                    await wait_loaded(serving)
-                runners.append(await start(app, host, port, serving.context if tls else None))
-                log.info("%s listening on %s:%d", what, host, port)
-            except OSError as exc:
-                log.error("%s cannot listen on %s:%d: %s", what, host, port, exc)
-                raise
-
-        host, port = parse_bind(opts.metrics_bind_address)
-        if port:
-            auth = CachedAuthorizer(api_authorizer(client)) if opts.metrics_secure else None
-            background.append(
-                asyncio.create_task(
-                    serve(metrics_app(metrics, auth), host, port, opts.metrics_secure, "metrics server")
-                )
+        authorizer = CachedAuthorizer(api_authorizer(client)) if opts.metrics_secure else None
+        routes = {**review_handlers(), **pod_routes}
+        async with serve_admission(opts, client, namespace, metrics, routes, metrics_authorizer=authorizer):
+            config = ControllerConfig(
+                namespace,
+                kinds,
+                image_env(env, opts.deviceplugin_image),
+                env.get("DEVICEPLUGIN_SECRET", ""),
+                workers=opts.workers,
+                fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
+                combined=combined_mode(opts.combined_plugin_process, env),
+                identity=identity(env),
             )
+            log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
+            if not opts.leader_elect:
+                metrics.leader = 1
+                await run_controllers(config, metrics)
+                return 0
+            elector = LeaderElector(client, ElectionConfig(namespace, config.identity))
 
-        async def serve_webhooks() -> None:
-            await serve(
-                webhook_app(metrics, {**review_handlers(), **pod_routes}),
-                "",
-                opts.webhook_port,
-                True,
-                "webhook server",
-            )
-            webhook_started.set()
+            async def lead() -> None:
+                metrics.leader = 1
+                await run_controllers(config, metrics)
 
-        background.append(asyncio.create_task(serve_webhooks()))
-        config = ControllerConfig(
-            namespace,
-            kinds,
-            image_env(env, opts.deviceplugin_image),
-            env.get("DEVICEPLUGIN_SECRET", ""),
-            workers=opts.workers,
-            fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
-            combined=combined_mode(opts.combined_plugin_process, env),
-            identity=identity(env),
-        )
-        log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
-        if not opts.leader_elect:
-            metrics.leader = 1
-            await run_controllers(config, metrics)
-            return 0
-        elector = LeaderElector(client, ElectionConfig(namespace, config.identity))
-
-        async def lead() -> None:
-            metrics.leader = 1
-            await run_controllers(config, metrics)
-
-        await elector.run(lead)
-        metrics.leader = 0
-        return 1 if elector.lost else 0
+            await elector.run(lead)
+            metrics.leader = 0
+            return 1 if elector.lost else 0
     finally:
-        for t in background:
-            t.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        for r in runners:
-            await r.cleanup()
+        for task in pod_tasks:
+            task.cancel()
+        await asyncio.gather(*pod_tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
             await client.close()
 

@@ -14,28 +14,13 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
-from pathlib import Path
 
 from lightkube import AsyncClient
 
 from intel_device_plugins.flags import GoFlagParser, parse_bool
-from intel_device_plugins.kube.https import (
-    ReviewHandler,
-    RunningServer,
-    ServingCert,
-    health_app,
-    metrics_app,
-    parse_bind,
-    start,
-    webhook_app,
-)
+from intel_device_plugins.kube.https import ReviewHandler
 from intel_device_plugins.kube.metrics import Metrics
-from intel_device_plugins.kube.serving import (
-    add_webhook_flags,
-    install_signal_handlers,
-    self_managed_certs,
-    wait_loaded,
-)
+from intel_device_plugins.kube.serving import add_webhook_flags, install_signal_handlers, serve_admission
 from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
 from intel_device_plugins.webhooks.store import MappingStore
@@ -71,36 +56,18 @@ async def serve(
     """Run the webhook server (and health/metrics) until cancelled."""
     self_managed = opts.webhook_cert_mode == "self-managed"
     client = AsyncClient() if (needs_client or self_managed) else None
-    serving = ServingCert(Path(opts.webhook_cert_dir))
-    metrics = Metrics()
-    runners: list[RunningServer] = []
-    started = asyncio.Event()
     paths, background = routes(client)
+    namespace = env.get("POD_NAMESPACE") or "default"
     try:
-        if self_managed:
-            assert client is not None
-            namespace = env.get("POD_NAMESPACE") or "default"
-            certs = self_managed_certs(client, opts, namespace)
-            background.append(asyncio.create_task(certs.run()))
-        background.append(asyncio.create_task(serving.watch(2.0)))
-        host, port = parse_bind(opts.health_probe_bind_address)
-        if port:
-            runners.append(await start(health_app(lambda: started.is_set() and ready_extra()), host, port))
-        host, port = parse_bind(opts.metrics_bind_address)
-        if port:
-            runners.append(await start(metrics_app(metrics), host, port))
-        await wait_loaded(serving)
-        runners.append(await start(webhook_app(metrics, paths), "", opts.webhook_port, serving.context))
-        log.info("webhook server listening on :%d for %s", opts.webhook_port, ", ".join(paths))
-        started.set()
-        await asyncio.Event().wait()
-        return 0
+        async with serve_admission(opts, client, namespace, Metrics(), paths, ready=ready_extra) as serving:
+            await serving.webhooks  # a webhook server that cannot listen ends the process
+            log.info("serving %s", ", ".join(paths))
+            await asyncio.Event().wait()
+            return 0
     finally:
         for t in background:
             t.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        for r in runners:
-            await r.cleanup()
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.close()
