@@ -38,11 +38,9 @@ def spec_schema(kind: DeviceKind) -> dict[str, Any]:
 def crd(kind: DeviceKind) -> dict[str, Any]:
     """The full CRD object for ``kind`` (cluster scoped, v1 served and stored, status subresource)."""
     return crd_document(
-        group=GROUP,
-        version=VERSION,
-        kind=kind.kind,
-        plural=kind.plural,
-        singular=kind.singular,
+        GROUP,
+        VERSION,
+        kind,
         scope="Cluster",
         schema={
             "type": "object",

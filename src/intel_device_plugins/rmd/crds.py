@@ -197,11 +197,9 @@ def crd(kind: CrdKind) -> dict[str, Any]:
     columns = tuple({k: (int(v) if k == "priority" else v) for k, v in c.items()} for c in kind.columns)
     schema = json.loads(json.dumps(schema))  # no shared sub-objects, so no YAML anchors
     return crd_document(
-        group=GROUP,
-        version=VERSION,
-        kind=kind.kind,
-        plural=kind.plural,
-        singular=kind.singular,
+        GROUP,
+        VERSION,
+        kind,
         scope="Namespaced",
         schema=schema,
         printer_columns=columns,  # type: ignore[arg-type]

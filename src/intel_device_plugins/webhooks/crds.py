@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
-from intel_device_plugins.kube.crds import render_document
+from intel_device_plugins.kube.crds import crd_document, render_document
 from intel_device_plugins.webhooks import model as fpga_model
 from intel_device_plugins.webhooks.handlers import pod_webhook
 from intel_device_plugins.webhooks.store import GROUP as FPGA_GROUP
@@ -27,43 +27,27 @@ def fpga_crd(kind: FpgaKind) -> dict[str, Any]:
         "properties": {str(f.metadata["json"]): dict(f.metadata["schema"]) for f in fields},
         "required": [str(f.metadata["json"]) for f in fields if f.metadata.get("required")],
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{kind.plural}.{FPGA_GROUP}"},
-        "spec": {
-            "group": FPGA_GROUP,
-            "names": {
-                "kind": kind.kind,
-                "listKind": f"{kind.kind}List",
-                "plural": kind.plural,
-                "shortNames": [kind.short_name],
-                "singular": kind.singular,
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": FPGA_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": fpga_model.DESCRIPTIONS[kind],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": {"type": "object", "description": "Empty: nothing is reported."},
-                            },
-                            "required": ["spec"],
-                        }
-                    },
-                }
-            ],
+    schema = {
+        "type": "object",
+        "description": fpga_model.DESCRIPTIONS[kind],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": {"type": "object", "description": "Empty: nothing is reported."},
         },
+        "required": ["spec"],
     }
+    return crd_document(
+        FPGA_GROUP,
+        FPGA_VERSION,
+        kind,
+        scope="Namespaced",
+        schema=schema,
+        short_names=(kind.short_name,),
+        status=False,
+    )
 
 
 def fpga_crd_filename(kind: FpgaKind) -> str:
