@@ -252,3 +252,15 @@ def test_combined_overlay_adds_the_flag_and_only_daemonset_delete() -> None:
     assert binding["subjects"][0]["name"] == "intel-deviceplugins-controller-manager"
     base = render(DEPLOY / "operator" / "self-signed")
     assert not any(r["metadata"]["name"].endswith("combined-role") for r in by_kind(base, "Role"))
+
+
+@pytest.mark.parametrize("overlay", ["default", "self-signed", "overlays/combined", "overlays/ha"])
+def test_every_object_of_the_install_carries_the_name_prefix(overlay: str) -> None:
+    """Like every other object of the install, so none is taken for another installation's."""
+    unprefixed = [
+        (d["kind"], d["metadata"]["name"])
+        for d in render(DEPLOY / "operator" / overlay)
+        if d["kind"] not in ("Namespace", "CustomResourceDefinition")
+        and not d["metadata"]["name"].startswith("intel-deviceplugins-")
+    ]
+    assert unprefixed == []
