@@ -526,6 +526,29 @@ def test_self_managed_certificate_is_issued_injected_and_served(
     assert f"{SERVICE}.{NS}.svc" in sans.get_values_for_type(x509.DNSName)
 
 
+def test_a_deleted_certificate_secret_is_recreated_by_a_new_replica(
+    installed: Installed, admin: KubeClient, crs: Callable[..., JSON]
+) -> None:
+    """With the shipped RBAC only: the Secret deleted, a replica that starts afterwards issues and stores a
+    new certificate, becomes ready, publishes its CA, and the API server's webhook calls succeed again."""
+    import base64
+
+    admin.delete(f"/api/v1/namespaces/{NS}/secrets/{SECRET}")
+    assert get_or_none(admin, f"/api/v1/namespaces/{NS}/secrets/{SECRET}") is None
+    fresh = installed.start_operator(unique("operator-recreate"))  # waits for /readyz
+    data = admin.get(f"/api/v1/namespaces/{NS}/secrets/{SECRET}")["data"]
+    ca_pem = base64.b64decode(data["ca.crt"])
+    hooks = admin.get(
+        f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK_CONFIGS['validatingwebhookconfigurations']}"
+    )["webhooks"]
+    assert all(ca_pem in base64.b64decode(h["clientConfig"]["caBundle"]) for h in hooks)
+    installed.route_webhooks_to(fresh)
+    name = unique("recreated")
+    created = crs(DeviceKind.NPU, name, {"nodeSelector": {TEST_LABEL: name}})  # through both webhooks
+    assert created["spec"]["image"]  # defaulted by the mutating webhook
+    assert "forbidden" not in fresh.log().lower()
+
+
 def service_account_may(admin: KubeClient, name: str, attrs: dict[str, Any]) -> bool:
     """Whether ServiceAccount ``name`` of NS may do ``attrs``: the API server's SubjectAccessReview."""
     review = {
@@ -585,6 +608,8 @@ def test_operator_identity_is_only_the_service_account(installed: Installed, adm
     assert not allowed({ra: {"resource": "secrets", "verb": "list", "namespace": NS}})
     assert not allowed({ra: {"resource": "secrets", "verb": "get", "namespace": NS, "name": "other"}})
     assert allowed({ra: {"resource": "secrets", "verb": "update", "namespace": NS, "name": SECRET}})
+    assert allowed({ra: {"resource": "secrets", "verb": "create", "namespace": NS}})  # re-creating it
+    assert not allowed({ra: {"resource": "secrets", "verb": "create", "namespace": "default"}})
     assert not allowed(
         {ra: {"group": API_VERSION.split("/")[0], "resource": "gpudeviceplugins", "verb": "update"}}
     )
