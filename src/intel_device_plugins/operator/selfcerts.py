@@ -178,9 +178,9 @@ class SelfManagedCerts:
     def _cannot_create(self) -> str:
         ns, name = self.cfg.namespace, self.cfg.secret
         return (
-            f"Secret {ns}/{name} is missing and creating it is forbidden: grant the ServiceAccount `create` on "
-            f"secrets in namespace {ns} (the self-signed installs' cert-role does), or re-apply the install, "
-            f"which ships the Secret {name} empty"
+            f"Secret {ns}/{name} is missing and creating it is forbidden: grant the ServiceAccount "
+            f"`create` on secrets in namespace {ns} (the self-signed installs' cert-role does), or re-apply "
+            f"the install, which ships the Secret {name} empty"
         )
 
     async def inject(self, bundle: CertBundle) -> None:
