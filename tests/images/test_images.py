@@ -135,6 +135,7 @@ def test_labels(checks: dict[str, dict[str, Any]], target: str) -> None:
         ("", "unknown"),
         ("https://example.org/team/repo.git", "https://example.org/team/repo.git"),
         ("https://user:secret@example.org/team/repo.git", "https://example.org/team/repo.git"),
+        ("https://example.org/team/a@b.git", "https://example.org/team/a@b.git"),
         ("git@example.org:team/repo.git", "git@example.org:team/repo.git"),
     ],
 )

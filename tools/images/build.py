@@ -123,6 +123,10 @@ if args["hook"]:
             size += sum(os.lstat(os.path.join(t, f)).st_size for t, _, fs in walked for f in fs)
         print("HOOKBUNDLE", size)
 """
+#: Identifies what is checked: a cached result of another check is not reused.
+CHECK_VERSION: Final = hashlib.sha256(
+    "\0".join([CHECK_PROGRAM, *FORBIDDEN, *MINIMAL_FORBIDDEN, *WALK_SKIP]).encode()
+).hexdigest()[:16]
 MERGED_USR_HOOKS: Final = "/usr/share/mmdebstrap/hooks/merged-usr"
 HOST_CA_BUNDLE: Final = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -208,7 +212,8 @@ def source_label(remote: str) -> str:
     remote = remote.strip()
     scheme, sep, rest = remote.partition("://")
     if sep and scheme in ("https", "http", "ssh", "git") and rest:
-        return f"{scheme}://{rest.rpartition('@')[2] if '@' in rest.split('/', 1)[0] else rest}"
+        authority, slash, path = rest.partition("/")
+        return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
     host, colon, path = remote.partition(":")
     if colon and "@" in host and "/" not in host and path:  # scp-like user@host:path
         return remote
@@ -469,6 +474,7 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         "ref": built.ref,
         "archive": str(built.archive),
         "key": built.key,
+        "check_version": CHECK_VERSION,
         "ok": proc.returncode == 0
         and not any(findings[k] for k in ("FAILED", "FORBIDDEN", "SETID", "WORLDWRITABLE"))
         and findings["UID"] == [expected_user],
@@ -559,8 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if opts.no_check:
                 report["images"][target] = {"ref": built.ref, "archive": str(built.archive)}
                 continue
-            if result_file.exists():
-                result = json.loads(result_file.read_text())
+            cached = json.loads(result_file.read_text()) if result_file.exists() else {}
+            if cached.get("check_version") == CHECK_VERSION:
+                result = cached
             else:
                 result = check_image(built, scripts)
                 if result["ok"]:
