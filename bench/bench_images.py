@@ -3,6 +3,8 @@
     .venv/bin/python bench/bench_images.py           # warm run only (the cache as it is), then sizes
     .venv/bin/python bench/bench_images.py --cold    # first removes this project's images, the base image
                                                      # and the archive cache, then runs cold, then warm
+    .venv/bin/python bench/bench_images.py --baseline ARCHIVE...   # also the sizes of earlier archives
+                                                     # (say, another revision's), in the same document
 
 Cold means: no archives, no base image, no buildah layer cache for these images; Debian and PyPI downloads
 still pass through whatever caches the network has. Prints one JSON document.
@@ -11,6 +13,7 @@ still pass through whatever caches the network has. Prints one JSON document.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -51,9 +54,25 @@ def _forget_everything(cache: Path) -> None:
     shutil.rmtree(cache, ignore_errors=True)
 
 
+def _archive_sizes(archive: Path) -> dict[str, float]:
+    """Layer count, compressed and uncompressed MB of one OCI archive, as build.py's report counts them."""
+    spec = importlib.util.spec_from_file_location("images_build", BUILD)
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = build  # dataclasses look their module up there
+    spec.loader.exec_module(build)
+    layers = build.archive_layers(archive)
+    return {
+        "layers": len(layers),
+        "compressed_mb": sum(size for _, size in layers) / 1e6,
+        "uncompressed_mb": build.archive_uncompressed_bytes(archive) / 1e6,
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     p.add_argument("--cold", action="store_true", help="start from nothing (removes this project's images)")
+    p.add_argument("--baseline", nargs="*", type=Path, default=[], help="OCI archives to size for comparison")
     opts = p.parse_args()
     cache = Path(
         os.environ.get("IMAGES_CACHE")
@@ -68,6 +87,7 @@ def main() -> int:
     out["sizes"] = sizes
     out["budget_mb"] = BUDGET_MB
     out["within_budget"] = sizes["all_images_compressed_mb"] < BUDGET_MB
+    out["baseline"] = {str(a): _archive_sizes(a) for a in opts.baseline}
     out["load_average_after"] = os.getloadavg()
     print(json.dumps(out, indent=1))
     return 0

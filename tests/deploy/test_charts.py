@@ -32,28 +32,6 @@ NAMESPACE = "inteldeviceplugins-system"
 Obj = dict[str, Any]
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    proc = subprocess.run([str(ROOT / "tools" / "helm" / "build.sh")], capture_output=True, text=True)
-    if proc.returncode:
-        _missing(f"tools/helm/build.sh failed: {proc.stderr[-800:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="session")
-def kubectl() -> Path:
-    path = ROOT / "test" / "k8s" / "bin" / "kubectl"
-    if not path.exists():
-        _missing("kubectl is missing: run test/k8s/build.sh")
-    return path
-
-
 def _run(cmd: Sequence[str | Path]) -> str:
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}:\n{proc.stderr}"
@@ -75,6 +53,16 @@ def _template(helm: Path, chart: Path, *sets: str, namespace: str = NAMESPACE) -
     for s in sets:
         args += ["--set", s]
     return _objects(_run(args))
+
+
+#: The operator chart has no default for the API server's sources (its NetworkPolicy fails closed); the
+#: kustomize installs ship this documentation address, which admits nothing, in their place.
+PLACEHOLDER_SOURCES = "networkPolicy.apiServerCIDRs={192.0.2.1/32}"
+
+
+def _operator(helm: Path, *sets: str) -> dict[tuple[str, str], Obj]:
+    """The operator chart with the kustomize installs' placeholder sources, then ``sets``."""
+    return _template(helm, OPERATOR_CHART, PLACEHOLDER_SOURCES, *sets)
 
 
 def _kustomize(kubectl: Path, directory: Path) -> dict[tuple[str, str], Obj]:
@@ -109,27 +97,32 @@ CHOICES = {
 @pytest.mark.parametrize("choice", sorted(CHOICES))
 def test_operator_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path, choice: str) -> None:
     sets, directory = CHOICES[choice]
-    rendered = _template(helm, OPERATOR_CHART, "createNamespace=true", *sets)
+    rendered = _operator(helm, "createNamespace=true", *sets)
     assert _diff(rendered, _kustomize(kubectl, directory)) == []
 
 
-def test_network_policy_can_be_left_out_or_given_the_clusters_pod_networks(helm: Path, kubectl: Path) -> None:
+def test_network_policy_can_be_left_out(helm: Path, kubectl: Path) -> None:
     policy = ("NetworkPolicy", "intel-deviceplugins-controller-manager-ingress")
     kustomized = _kustomize(kubectl, DEPLOY / "default")
     without = _template(helm, OPERATOR_CHART, "createNamespace=true", "networkPolicy.enabled=false")
     assert policy in kustomized
     assert _diff(without, {k: v for k, v in kustomized.items() if k != policy}) == []
-    ipv4_only = _template(helm, OPERATOR_CHART, "networkPolicy.podCIDRs={10.0.0.0/8}")[policy]
-    blocks = [peer["ipBlock"] for peer in ipv4_only["spec"]["ingress"][0]["from"]]
-    assert blocks == [{"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}, {"cidr": "::/0"}]
 
 
 def test_charts_lint(helm: Path) -> None:
     for chart in (OPERATOR_CHART, CRS_CHART, RMD_CHART):
-        _run([helm, "lint", "--strict", chart])
+        _run(
+            [
+                helm,
+                "lint",
+                "--strict",
+                chart,
+                *(("--set", PLACEHOLDER_SOURCES) if chart == OPERATOR_CHART else ()),
+            ]
+        )
     _run([helm, "lint", "--strict", RMD_CHART, "--set", "createNamespace=true,nodeFeatureRule=true"])
-    _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", "certificates=self-signed"])
-    _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", "combinedPluginProcess=true"])
+    for choice in ("certificates=self-signed", "combinedPluginProcess=true"):
+        _run([helm, "lint", "--strict", OPERATOR_CHART, "--set", f"{PLACEHOLDER_SOURCES},{choice}"])
 
 
 def test_crs_chart_with_every_kind_renders_the_samples(helm: Path, kubectl: Path) -> None:
@@ -162,7 +155,7 @@ def _image_strings(objs: dict[tuple[str, str], Obj]) -> Iterator[str]:
 def test_defaults_reference_only_this_projects_images(helm: Path, kubectl: Path) -> None:
     expected = {images.operator_image(), images.node_image()}
     for objs in (
-        _template(helm, OPERATOR_CHART),
+        _operator(helm),
         _kustomize(kubectl, DEPLOY / "default"),
         _kustomize(kubectl, DEPLOY / "self-signed"),
     ):
@@ -189,7 +182,7 @@ def test_defaults_reference_only_this_projects_images(helm: Path, kubectl: Path)
 def test_registry_and_tag_are_set_in_one_place(helm: Path, kubectl: Path, tmp_path: Path) -> None:
     prefix, tag = "registry.example:5000/team", "9.9.9"
     want = {images.operator_image(prefix, tag), images.node_image(prefix, tag)}
-    chart = _template(helm, OPERATOR_CHART, f"image.repository={prefix}", f"image.tag={tag}")
+    chart = _operator(helm, f"image.repository={prefix}", f"image.tag={tag}")
     assert set(_image_strings(chart)) == want
     overlay = tmp_path / "overlay"
     overlay.mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import ipaddress
@@ -9,6 +10,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 
 from intel_device_plugins.kube.certs import (
@@ -22,6 +24,7 @@ from intel_device_plugins.kube.certs import (
     renewal_reason,
     service_dns_names,
 )
+from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 DNS = service_dns_names("svc", "ns")
@@ -151,3 +154,37 @@ def test_serving_certificate_can_name_ip_addresses() -> None:
         ipaddress.ip_address("127.0.0.1"),
         ipaddress.ip_address("::1"),
     ]
+
+
+class _Status(Exception):
+    """An API error as the client raises it for a plain HTTP status."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"HTTP {code}")
+        self.response = type("Response", (), {"status_code": code})()
+
+
+class _NoSecretNoCreate:
+    """An API server where the Secret is gone and RBAC forbids creating it."""
+
+    def __init__(self) -> None:
+        self.created: list[Any] = []
+
+    async def get(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Status(404)
+
+    async def create(self, obj: Any) -> Any:
+        self.created.append(obj)
+        raise _Status(403)
+
+
+def test_a_forbidden_create_says_what_to_grant_or_reapply(tmp_path: Path) -> None:
+    client = _NoSecretNoCreate()
+    config = SelfManagedConfig("ops", "idp-webhook-server-cert", DNS, ("idp-mutating",), tmp_path)
+    with pytest.raises(RuntimeError) as failure:
+        asyncio.run(SelfManagedCerts(client, config).ensure(NOW))  # type: ignore[arg-type]
+    message = str(failure.value)
+    assert "Secret ops/idp-webhook-server-cert is missing" in message
+    assert "`create` on secrets in namespace ops" in message and "re-apply the install" in message
+    assert len(client.created) == 1  # tried once: a denial is not a race to retry
+    assert not (tmp_path / "tls.key").exists()

@@ -526,6 +526,62 @@ def test_self_managed_certificate_is_issued_injected_and_served(
     assert f"{SERVICE}.{NS}.svc" in sans.get_values_for_type(x509.DNSName)
 
 
+def test_a_deleted_certificate_secret_is_recreated_by_a_restarted_replica(
+    installed: Installed, admin: KubeClient, crs: Callable[..., JSON]
+) -> None:
+    """With the shipped RBAC only: the Secret deleted, the replica restarted (a new process, as the kubelet
+    restarts a container) issues a new certificate, stores it in a new Secret, publishes its CA, leads
+    again, and the API server's webhook calls succeed."""
+    import base64
+
+    leader = next(op for op in installed.operators if op.proc.alive() and installed.leader() == op.name)
+    admin.delete(f"/api/v1/namespaces/{NS}/secrets/{SECRET}")
+    assert get_or_none(admin, f"/api/v1/namespaces/{NS}/secrets/{SECRET}") is None
+    leader.proc.stop()
+    leader.restart()
+    try:
+        wait_for(f"{leader.name} /readyz after the restart", leader.ready, timeout=60)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; its log ends:\n{leader.log()[-3000:]}") from None
+    # Its certificate directory (an emptyDir in the pod) survived the restart, so it may be ready before
+    # its first certificate check has re-created the Secret.
+    secret_path = f"/api/v1/namespaces/{NS}/secrets/{SECRET}"
+    data = eventually("the Secret to be re-created", lambda: get_or_none(admin, secret_path), timeout=30)[
+        "data"
+    ]
+    ca_pem = base64.b64decode(data["ca.crt"])
+    validating = WEBHOOK_CONFIGS["validatingwebhookconfigurations"]
+    eventually(
+        "the new CA in the webhook configuration",
+        lambda: all(
+            ca_pem in base64.b64decode(h["clientConfig"]["caBundle"])
+            for h in admin.get(
+                f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{validating}"
+            )["webhooks"]
+        ),
+        timeout=30,
+    )
+    trusting = ssl.create_default_context(cadata=ca_pem.decode())
+
+    def serves_the_new_certificate() -> bool:  # the server reloads its files within 10 s
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", leader.webhook_port), timeout=5) as raw,
+                trusting.wrap_socket(raw, server_hostname=f"{SERVICE}.{NS}.svc"),
+            ):
+                return True
+        except ssl.SSLError:
+            return False
+
+    eventually("the new certificate to be served", serves_the_new_certificate, timeout=30)
+    eventually("the restarted replica to lead", lambda: installed.leader() == leader.name, timeout=30)
+    installed.route_webhooks_to(leader)
+    name = unique("recreated")
+    created = crs(DeviceKind.NPU, name, {"nodeSelector": {TEST_LABEL: name}})  # through both webhooks
+    assert created["spec"]["image"]  # defaulted by the mutating webhook
+    assert "forbidden" not in leader.log().lower()
+
+
 def service_account_may(admin: KubeClient, name: str, attrs: dict[str, Any]) -> bool:
     """Whether ServiceAccount ``name`` of NS may do ``attrs``: the API server's SubjectAccessReview."""
     review = {
@@ -585,6 +641,8 @@ def test_operator_identity_is_only_the_service_account(installed: Installed, adm
     assert not allowed({ra: {"resource": "secrets", "verb": "list", "namespace": NS}})
     assert not allowed({ra: {"resource": "secrets", "verb": "get", "namespace": NS, "name": "other"}})
     assert allowed({ra: {"resource": "secrets", "verb": "update", "namespace": NS, "name": SECRET}})
+    assert allowed({ra: {"resource": "secrets", "verb": "create", "namespace": NS}})  # re-creating it
+    assert not allowed({ra: {"resource": "secrets", "verb": "create", "namespace": "default"}})
     assert not allowed(
         {ra: {"group": API_VERSION.split("/")[0], "resource": "gpudeviceplugins", "verb": "update"}}
     )

@@ -21,6 +21,7 @@ from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 from intel_device_plugins.plugins import combined as combined_process
+from tests.operator.test_operator_daemonset import assert_hardened
 
 UPSTREAM_SAMPLES = Path(__file__).parent / "data" / "upstream_sample_daemonsets.yaml"
 NS = "inteldeviceplugins-system"
@@ -137,3 +138,13 @@ def test_arguments_parse_in_the_combined_process(kind: DeviceKind) -> None:
 def test_no_member_is_an_error() -> None:
     with pytest.raises(ValueError, match="at least one"):
         combined_daemonset([], NS)
+
+
+def test_every_container_and_init_container_of_the_combined_pod_is_hardened() -> None:
+    ds = combined_daemonset([sample_member(k) for k in DeviceKind], NS)
+    assert {c["name"] for c in pod(ds)["initContainers"]} >= {
+        "intel-fpga-initcontainer",
+        "intel-sgx-initcontainer",
+        "enable-vfs",
+    }
+    assert_hardened(pod(ds))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.daemonset import Owner, desired_daemonset, plugin_args, qat_pf_ids
@@ -12,6 +14,8 @@ from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.operator.model import parse_spec
 
 NS = "inteldeviceplugins-system"
+ROOT = Path(__file__).resolve().parents[2]
+STANDALONE_FPGA = ROOT / "deploy" / "fpga_plugin" / "base" / "intel-fpga-plugin.yaml"
 
 
 def build(kind: DeviceKind, spec: dict[str, Any], secret: str = "") -> dict[str, Any]:
@@ -243,7 +247,12 @@ def test_fpga_always_has_init_container() -> None:
     c = init_of(build(DeviceKind.FPGA, {}))
     assert c["name"] == "intel-fpga-initcontainer" and c["image"] == images.node_image()
     assert c["command"] == ["intel_fpga_hook_install"]
-    assert c["securityContext"] == {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    assert c["securityContext"] == {
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert c["volumeMounts"] == [{"name": "intel-fpga-sw", "mountPath": "/opt/intel/fpga-sw"}]
     c2 = init_of(build(DeviceKind.FPGA, {"initImage": "mirror/intel-fpga-initcontainer:0.37.0"}))
     assert c2["image"] == "mirror/intel-fpga-initcontainer:0.37.0" and "command" not in c2
@@ -329,6 +338,50 @@ def test_nfd_init(kind: DeviceKind, name: str, volume: str) -> None:
     c = init_of(ds)
     assert c["name"] == name
     assert volumes(ds)[volume]["hostPath"]["path"] == "/etc/kubernetes/node-feature-discovery/source.d/"
+
+
+#: Every kind with each of its init containers present (FPGA always has one).
+WITH_INIT = {
+    DeviceKind.DLB: "dlb-initcontainer",
+    DeviceKind.DSA: "idxd-config-initcontainer",
+    DeviceKind.FPGA: "fpga-initcontainer",
+    DeviceKind.GPU: "gpu-initcontainer",
+    DeviceKind.IAA: "idxd-config-initcontainer",
+    DeviceKind.QAT: "qat-initcontainer",
+    DeviceKind.SGX: "sgx-initcontainer",
+}
+
+
+def assert_hardened(pod_spec: dict[str, Any]) -> None:
+    """Every container and init container: no capability, no escalation, read-only root, default seccomp."""
+    for c in [*pod_spec["containers"], *pod_spec.get("initContainers", [])]:
+        sc = c["securityContext"]
+        assert "privileged" not in sc, c["name"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}, c["name"]
+        assert sc["allowPrivilegeEscalation"] is False, c["name"]
+        assert sc["readOnlyRootFilesystem"] is True, c["name"]
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, c["name"]
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
+def test_every_container_and_init_container_is_hardened(kind: DeviceKind) -> None:
+    spec = {"initImage": INIT.format(WITH_INIT[kind])} if kind in WITH_INIT else {}
+    ds = build(kind, spec)
+    assert ("initContainers" in pod(ds)) == (kind in WITH_INIT)
+    assert_hardened(pod(ds))
+
+
+def test_fpga_lists_the_hook_directory_before_the_cdi_directory_as_upstream() -> None:
+    names = [v["name"] for v in pod(build(DeviceKind.FPGA, {}))["volumes"]]
+    assert names == ["devfs", "sysfs", "kubeletsockets", "intel-fpga-sw", "cdidir"]
+
+
+def test_standalone_fpga_daemonset_matches_the_operators_volumes_and_hardening() -> None:
+    (doc,) = (d for d in yaml.safe_load_all(STANDALONE_FPGA.read_text()) if d and d["kind"] == "DaemonSet")
+    standalone, ours = doc["spec"]["template"]["spec"], pod(build(DeviceKind.FPGA, {}))
+    assert standalone["volumes"] == ours["volumes"]
+    assert standalone["initContainers"][0]["securityContext"] == ours["initContainers"][0]["securityContext"]
+    assert_hardened(standalone)
 
 
 def test_builder_is_deterministic() -> None:

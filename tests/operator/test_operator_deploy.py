@@ -105,7 +105,11 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
     if overlay == "default":
         assert secrets == []
     else:
-        assert all(r.get("resourceNames") and "create" not in r["verbs"] for r in secrets)
+        # by name, but create (which RBAC cannot limit to a name): the Secret is re-created when deleted
+        assert all(r.get("resourceNames") or r["verbs"] == ["create"] for r in secrets), secrets
+        assert sorted(v for r in secrets for v in r["verbs"]) == ["create", "get", "update"]
+        cluster_wide = [r for d in by_kind(docs, "ClusterRole") for r in d["rules"]]
+        assert not any("secrets" in r.get("resources", []) for r in cluster_wide)
     crs = next(r for r in cluster if "gpudeviceplugins" in r.get("resources", []))
     assert set(crs["verbs"]) == {"get", "list", "watch"}
     fpga_sa = "intel-deviceplugins-fpga-plugin"
@@ -252,3 +256,15 @@ def test_combined_overlay_adds_the_flag_and_only_daemonset_delete() -> None:
     assert binding["subjects"][0]["name"] == "intel-deviceplugins-controller-manager"
     base = render(DEPLOY / "operator" / "self-signed")
     assert not any(r["metadata"]["name"].endswith("combined-role") for r in by_kind(base, "Role"))
+
+
+@pytest.mark.parametrize("overlay", ["default", "self-signed", "overlays/combined", "overlays/ha"])
+def test_every_object_of_the_install_carries_the_name_prefix(overlay: str) -> None:
+    """Like every other object of the install, so none is taken for another installation's."""
+    unprefixed = [
+        (d["kind"], d["metadata"]["name"])
+        for d in render(DEPLOY / "operator" / overlay)
+        if d["kind"] not in ("Namespace", "CustomResourceDefinition")
+        and not d["metadata"]["name"].startswith("intel-deviceplugins-")
+    ]
+    assert unprefixed == []

@@ -14,7 +14,10 @@
    package sources, base image, version and revision): a warm run only finds the archives.
 4. Checks: every console script of pyproject.toml runs ``--help`` inside the image, as the image's user,
    with every capability dropped; the user must be the one the manifests run it as; the runtime holds no
-   compiler, pip or uv, and no test infrastructure. The outcome is cached next to the archive.
+   compiler, pip or uv, no test infrastructure, no setuid/setgid file and no world-writable file, and the
+   operator image no shell and no package manager either. The checks are a Python program run by the
+   image's own interpreter (the operator image has no shell to run a script). The outcome is cached next to
+   the archive.
 
 Containers run with ``buildah run --isolation chroot``: the image's own root filesystem, user, PATH and
 environment, without an OCI runtime, which these sandboxes cannot start (no CAP_SYS_RESOURCE for rlimits).
@@ -26,7 +29,6 @@ import argparse
 import dataclasses
 import gzip
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -69,6 +71,62 @@ SLIM_FILTERS: Final = (
 CONTEXT_FILES: Final = ("Containerfile", ".containerignore", "pyproject.toml", "uv.lock", "README.md")
 #: Programs the runtime stage must not contain.
 FORBIDDEN: Final = ("pip", "pip3", "uv", "gcc", "cc", "c++", "make")
+#: Targets with a minimal final stage, and what they must not contain besides FORBIDDEN.
+MINIMAL_TARGETS: Final = frozenset({"operator"})
+MINIMAL_FORBIDDEN: Final = ("sh", "bash", "dash", "apt", "apt-get", "dpkg", "perl", "su", "mount")
+#: Directories the in-image walk skips: kernel file systems and what the build tool mounts.
+WALK_SKIP: Final = ("/proc", "/sys", "/dev", "/run")
+#: The in-image check (run by the image's interpreter as the image's user; argv[1] is its JSON input).
+#: Prints one finding per line: ``UID n``, ``FAILED what``, ``FORBIDDEN what``, ``SETID path``,
+#: ``WORLDWRITABLE path``, ``HOOKBUNDLE bytes``.
+CHECK_PROGRAM: Final = r"""
+import getpass, glob, importlib.util, json, os, shutil, stat, subprocess, sys, tempfile
+args = json.loads(sys.argv[1])
+print("UID", os.getuid())
+for script in args["scripts"]:
+    if subprocess.run([script, "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+        print("FAILED", script)
+for program in args["forbidden"]:
+    paths = [f"{d}/{program}" for d in ("/bin", "/sbin", "/usr/bin", "/usr/sbin")]
+    found = shutil.which(program) or next((p for p in paths if os.path.lexists(p)), None)
+    if found:
+        print("FORBIDDEN", found)
+if importlib.util.find_spec("k8stest") is not None:
+    print("FORBIDDEN k8stest")
+try:
+    getpass.getuser()
+except Exception:
+    print("FAILED user-without-name")
+for top, dirs, files in os.walk("/"):
+    dirs[:] = [d for d in dirs if os.path.join(top, d) not in args["skip"]]
+    for name in dirs + files:
+        path = os.path.join(top, name)
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            continue
+        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+            print("SETID", path)
+        if mode & stat.S_IWOTH and not (stat.S_ISDIR(mode) and mode & stat.S_ISVTX):
+            print("WORLDWRITABLE", path)
+if args["hook"]:
+    # The FPGA init container's job: install the self-contained CRI hook, which then runs with an empty
+    # environment (as the runtime runs it on the host) and prints its help.
+    target = os.path.join(tempfile.mkdtemp(), "fpga-sw")
+    installed = subprocess.run(["intel_fpga_hook_install", "--target", target], stdout=subprocess.DEVNULL)
+    launcher = [os.path.join(target, "intel-fpga-crihook"), "--help"]
+    if installed.returncode or subprocess.run(launcher, env={}, stdout=subprocess.DEVNULL).returncode:
+        print("FAILED fpga-hook-bundle")
+    else:
+        size = 0
+        for entry in glob.glob(os.path.join(target, "crihook.*")):
+            walked = os.walk(entry) if os.path.isdir(entry) else [("", [], [entry])]
+            size += sum(os.lstat(os.path.join(t, f)).st_size for t, _, fs in walked for f in fs)
+        print("HOOKBUNDLE", size)
+"""
+#: Identifies what is checked: a cached result of another check is not reused.
+CHECK_VERSION: Final = hashlib.sha256(
+    "\0".join([CHECK_PROGRAM, *FORBIDDEN, *MINIMAL_FORBIDDEN, *WALK_SKIP]).encode()
+).hexdigest()[:16]
 MERGED_USR_HOOKS: Final = "/usr/share/mmdebstrap/hooks/merged-usr"
 HOST_CA_BUNDLE: Final = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -148,9 +206,23 @@ def revision(root: Path = ROOT) -> str:
     return f"{rev}-dirty" if dirty and rev != "unknown" else rev
 
 
+def source_label(remote: str) -> str:
+    """``org.opencontainers.image.source`` for a git remote: a network URL without credentials, else
+    ``unknown``; a local path would make the label (and the image) differ between build machines."""
+    remote = remote.strip()
+    scheme, sep, rest = remote.partition("://")
+    if sep and scheme in ("https", "http", "ssh", "git") and rest:
+        authority, slash, path = rest.partition("/")
+        return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+    host, colon, path = remote.partition(":")
+    if colon and "@" in host and "/" not in host and path:  # scp-like user@host:path
+        return remote
+    return "unknown"
+
+
 def source_url(root: Path = ROOT) -> str:
     url = run(["git", "-C", str(root), "config", "--get", "remote.origin.url"], check=False).stdout.strip()
-    return url or "unknown"
+    return source_label(url)
 
 
 def sources_file() -> Path:
@@ -362,63 +434,80 @@ def blob_from(tar: tarfile.TarFile, name: str) -> bytes:
 
 
 def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
-    """Run every entrypoint with ``--help`` inside the image as its configured user, capabilities dropped."""
+    """Run CHECK_PROGRAM inside the image as its configured user, capabilities dropped."""
     info = image_inspect(built.ref)
     if info is None:
         raise BuildError(f"{built.ref} is not in local storage")
     config = info["OCIv1"]["config"]
     expected_user = TARGETS[built.target][1]
-    script = (
-        "set -e; id -u; "
-        f'for s in {" ".join(scripts)}; do "$s" --help >/dev/null || {{ echo "FAILED $s"; exit 1; }}; done; '
-        f"for t in {' '.join(FORBIDDEN)}; do "
-        'if command -v "$t" >/dev/null; then echo "FORBIDDEN $t"; fi; done; '
-        "python3 -c 'import k8stest' 2>/dev/null && echo 'FORBIDDEN k8stest' || true; "
-        "python3 -c 'import getpass; getpass.getuser()' 2>/dev/null || echo 'FAILED user-without-name'"
-    )
-    if built.target == "node":
-        # The FPGA init container's job: install the self-contained CRI hook, which then runs with an
-        # empty environment (as the runtime runs it on the host) and prints its help.
-        script += (
-            "; d=$(mktemp -d) && intel_fpga_hook_install --target $d/fpga-sw >/dev/null"
-            " && env -i $d/fpga-sw/intel-fpga-crihook --help >/dev/null"
-            " && echo HOOKBUNDLE $(du -sb $d/fpga-sw/crihook.* | cut -f1) || echo FAILED fpga-hook-bundle"
-        )
+    forbidden = FORBIDDEN + (MINIMAL_FORBIDDEN if built.target in MINIMAL_TARGETS else ())
+    check_input = {
+        "scripts": list(scripts),
+        "forbidden": list(forbidden),
+        "skip": list(WALK_SKIP),
+        "hook": built.target == "node",
+    }
     ctr = run(["buildah", "from", "--pull=never", "--quiet", built.ref]).stdout.strip()
     started = time.monotonic()
     try:
         proc = run(
-            ["buildah", "run", "--isolation=chroot", "--cap-drop=ALL", ctr, "--", "sh", "-c", script],
+            [
+                "buildah",
+                "run",
+                "--isolation=chroot",
+                "--cap-drop=ALL",
+                ctr,
+                "--",
+                "/opt/venv/bin/python",
+                "-c",
+                CHECK_PROGRAM,
+                json.dumps(check_input),
+            ],
             check=False,
         )
     finally:
         run(["buildah", "rm", ctr], check=False)
-    lines = proc.stdout.split()
+    findings = parse_findings(proc.stdout)
     layers = archive_layers(built.archive)
     return {
         "target": built.target,
         "ref": built.ref,
         "archive": str(built.archive),
         "key": built.key,
+        "check_version": CHECK_VERSION,
         "ok": proc.returncode == 0
-        and not any(w in ("FAILED", "FORBIDDEN") for w in lines)
-        and bool(lines)
-        and lines[0] == expected_user,
+        and not any(findings[k] for k in ("FAILED", "FORBIDDEN", "SETID", "WORLDWRITABLE"))
+        and findings["UID"] == [expected_user],
         "output": (proc.stdout + proc.stderr).strip()[-2000:],
-        "uid": lines[0] if lines else "",
+        "uid": next(iter(findings["UID"]), ""),
         "expected_uid": expected_user,
         "config_user": str(config.get("User", "")),
         "labels": config.get("Labels") or {},
         "entrypoint": config.get("Entrypoint") or [],
         "scripts": list(scripts),
+        "forbidden_checked": list(forbidden),
+        "forbidden_found": findings["FORBIDDEN"],
+        "setid_files": findings["SETID"],
+        "world_writable": findings["WORLDWRITABLE"],
         "layers": layers,
         "compressed_bytes": sum(size for _, size in layers),
         "uncompressed_bytes": archive_uncompressed_bytes(built.archive),
-        "fpga_hook_bundle_bytes": next(
-            (int(n) for w, n in itertools.pairwise(lines) if w == "HOOKBUNDLE" and n.isdigit()), None
-        ),
+        "fpga_hook_bundle_bytes": next((int(n) for n in findings["HOOKBUNDLE"] if n.isdigit()), None),
         "check_seconds": round(time.monotonic() - started, 2),
     }
+
+
+FINDINGS: Final = ("UID", "FAILED", "FORBIDDEN", "SETID", "WORLDWRITABLE", "HOOKBUNDLE")
+
+
+def parse_findings(output: str) -> dict[str, list[str]]:
+    """CHECK_PROGRAM's lines by kind (``KIND value``); other lines are ignored."""
+    found: dict[str, list[str]] = {kind: [] for kind in FINDINGS}
+    for line in output.splitlines():
+        kind, _, value = line.partition(" ")
+        if kind in found:
+            found[kind].append(value)
+    return found
 
 
 def _mb(result: dict[str, Any]) -> dict[str, float]:
@@ -476,8 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if opts.no_check:
                 report["images"][target] = {"ref": built.ref, "archive": str(built.archive)}
                 continue
-            if result_file.exists():
-                result = json.loads(result_file.read_text())
+            cached = json.loads(result_file.read_text()) if result_file.exists() else {}
+            if cached.get("check_version") == CHECK_VERSION:
+                result = cached
             else:
                 result = check_image(built, scripts)
                 if result["ok"]:

@@ -159,6 +159,8 @@ class SelfManagedCerts:
             except Exception as exc:
                 if is_status(exc, 409):  # another replica renewed first: use theirs
                     continue
+                if secret is None and is_status(exc, 403):
+                    raise RuntimeError(self._cannot_create()) from exc
                 raise
             version = stored.metadata.resourceVersion if stored is not None and stored.metadata else None
             if version:
@@ -172,6 +174,14 @@ class SelfManagedCerts:
         await self.inject(bundle)
         write_pair(self.cfg.cert_dir, bundle)
         return bundle
+
+    def _cannot_create(self) -> str:
+        ns, name = self.cfg.namespace, self.cfg.secret
+        return (
+            f"Secret {ns}/{name} is missing and creating it is forbidden: grant the ServiceAccount "
+            f"`create` on secrets in namespace {ns} (the self-signed installs' cert-role does), or re-apply "
+            f"the install, which ships the Secret {name} empty"
+        )
 
     async def inject(self, bundle: CertBundle) -> None:
         """Set caBundle on every webhook of the named configurations (whichever kind each one is)."""

@@ -7,7 +7,8 @@ upstream's samples): the container runs the plugin console script explicitly; me
 a Python process; the DSA ``vfio-pci`` device mount uses ``/dev/vfio`` on both sides; an FPGA CR without
 ``initImage`` gets the default FPGA init image; the QAT PF ID list skips drivers without PF IDs instead of
 leaving empty words; GPU and NPU pods get no ServiceAccount token; the sysfs-writing init containers (DLB,
-DSA, IAA, QAT) are not privileged and mount only the sysfs subtrees they write.
+DSA, IAA, QAT) are not privileged and mount only the sysfs subtrees they write; every init container drops
+all capabilities and uses the runtime's default seccomp profile.
 """
 
 from __future__ import annotations
@@ -257,25 +258,25 @@ def _node_name_env() -> JSON:
     return {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
 
-def _init_security(
-    *, writes_sysfs: bool = False, selinux: bool = True, escalation: bool | None = None
-) -> JSON:
-    """Security context of an init container.
+def _init_security(*, writes_sysfs: bool = False, selinux: bool = True) -> JSON:
+    """Security context of an init container: every one drops all capabilities, forbids privilege
+    escalation, keeps the root file system read-only and uses the runtime's default seccomp profile.
 
-    ``writes_sysfs``: the container configures devices through sysfs. It is not privileged (a privileged
-    container gets the whole of ``/sys`` read-write and every device); it writes only through the hostPath
-    mounts of the subtrees it changes, as root without capabilities (sysfs attributes are root-owned, so file
-    permissions suffice), and runs without an AppArmor profile because the runtime's default profile denies
-    every write below ``/sys``.
+    The init containers run as root and write only into root-owned host directories (sysfs attributes, the
+    NFD hook directory, ``/opt/intel/fpga-sw``), so the owner's permission bits suffice without any
+    capability. ``writes_sysfs``: the container configures devices through sysfs. It is not privileged (a
+    privileged container gets the whole of ``/sys`` read-write and every device); it writes only through the
+    hostPath mounts of the subtrees it changes, and runs without an AppArmor profile because the runtime's
+    default profile denies every write below ``/sys``.
     """
-    sc: JSON = {"readOnlyRootFilesystem": True}
+    sc: JSON = {
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     if writes_sysfs:
-        sc["allowPrivilegeEscalation"] = False
-        sc["capabilities"] = {"drop": ["ALL"]}
-        sc["seccompProfile"] = {"type": "RuntimeDefault"}
         sc["appArmorProfile"] = {"type": "Unconfined"}
-    if escalation is not None:
-        sc["allowPrivilegeEscalation"] = escalation
     if selinux:
         sc["seLinuxOptions"] = {"type": INIT_SELINUX}
     return sc
@@ -389,7 +390,7 @@ def init_parts(spec: AnySpec) -> tuple[list[JSON], list[JSON]]:
         fpga_init: JSON = {
             **base,
             "name": "intel-fpga-initcontainer",
-            "securityContext": _init_security(selinux=False, escalation=False),
+            "securityContext": _init_security(selinux=False),
             "volumeMounts": [sw.mount()],
         }
         if images.is_node_image(init_image):  # upstream's init image brings its own entrypoint
@@ -405,6 +406,16 @@ def _main_mounts(spec: AnySpec, tmpl: KindTemplate) -> tuple[HostMount, ...]:
             for m in tmpl.mounts
         )
     return tmpl.mounts
+
+
+def _pod_volumes(spec: AnySpec, tmpl: KindTemplate, init_volumes: list[JSON]) -> list[JSON]:
+    """The plugin's volumes, then the init containers'; FPGA lists its CDI directory last, as upstream's
+    operator does (its DaemonSet gained the CDI directory after the hook directory)."""
+    main = [m.volume() for m in _main_mounts(spec, tmpl)]
+    if isinstance(spec, FpgaSpec):
+        last = [v for v in main if v["name"] == "cdidir"]
+        return [v for v in main if v["name"] != "cdidir"] + init_volumes + last
+    return main + init_volumes
 
 
 def plugin_container(spec: AnySpec) -> JSON:
@@ -486,7 +497,7 @@ def desired_daemonset(
     pod: JSON = {
         "nodeSelector": node_selector(spec),
         "containers": [plugin_container(spec)],
-        "volumes": [m.volume() for m in _main_mounts(spec, tmpl)] + init_volumes,
+        "volumes": _pod_volumes(spec, tmpl, init_volumes),
     }
     if tmpl.automount_token is not None:
         pod["automountServiceAccountToken"] = tmpl.automount_token
