@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from intel_device_plugins.operator.leader import LEASE_NAME as OPERATOR_LEASE
+from intel_device_plugins.kube.leader import LEASE_NAME as OPERATOR_LEASE
 from intel_device_plugins.rmd.operator import LEASE_NAME as RMD_LEASE
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

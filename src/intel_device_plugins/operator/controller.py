@@ -515,8 +515,8 @@ async def wait_for_crds(
 ) -> bool:
     """Block until every enabled kind is served by the API; False if ``stop`` is set first.
 
-    kopf resolves the resources it watches once at start-up (scanning is off to spare RBAC), so it must not
-    start before the CRDs applied alongside the operator are established.
+    The streams would retry a missing resource only now and then, so they start once the CRDs applied
+    alongside the operator are established.
     """
     resources = cr_resources()
     pending = list(kinds)
