@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 
 from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_plugin_command
 from intel_device_plugins.plugins.dlb.plugin import DlbPlugin
@@ -17,7 +16,7 @@ def build_parser() -> GoFlagParser:
 
 
 def build_plugins(args: argparse.Namespace) -> Sequence[DlbPlugin]:
-    return [DlbPlugin(Path(args.prefix or "/"))]
+    return [DlbPlugin(args.prefix)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_plugin_command
 from intel_device_plugins.plugins.fpga.discovery import Mode
@@ -59,7 +58,7 @@ def resolve_mode(args: argparse.Namespace, reader: AnnotationReader = read_node_
 def build_plugins(args: argparse.Namespace) -> Sequence[FpgaPlugin]:
     mode = resolve_mode(args)
     log.info("FPGA device plugin started in %s mode", mode)
-    return [FpgaPlugin(Path(args.prefix or "/"), mode)]
+    return [FpgaPlugin(args.prefix, mode)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
