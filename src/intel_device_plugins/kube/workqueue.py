@@ -72,11 +72,13 @@ async def run_worker(
     queue: WorkQueue[K],
     reconcile: Callable[[K], Awaitable[float | None]],
     on_error: Callable[[K, Exception], None],
+    look_again: Callable[[K, float | None], None] | None = None,
 ) -> None:
     """The one worker loop: take a key, reconcile it, hand it back; forever, until cancelled.
 
-    ``reconcile`` returns when to look at the key again (None: only on the next change). A failure goes to
-    ``on_error`` and the key is retried with back-off, so an API server that is away never ends the loop.
+    ``reconcile`` returns when to look at the key again (None: only on the next change); after a success
+    that goes to ``look_again``, or the key is simply queued again then. A failure goes to ``on_error`` and
+    the key is retried with back-off, so an API server that is away never ends the loop.
     """
     while True:
         key = await queue.get()
@@ -90,5 +92,9 @@ async def run_worker(
             on_error(key, exc)
         finally:
             queue.done(key, failed=failed)
-        if again is not None:
+        if failed:
+            continue
+        if look_again is not None:
+            look_again(key, again)
+        elif again is not None:
             queue.add_after(key, again)
