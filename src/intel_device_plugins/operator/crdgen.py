@@ -10,9 +10,10 @@ from typing import Any, Final
 
 import yaml
 
+from intel_device_plugins.kube.crdmodel import schema_of
 from intel_device_plugins.kube.crds import HEADER, crd_document, render_document
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, VERSION, DeviceKind
-from intel_device_plugins.operator.model import SPEC_CLASSES, STATUS_SCHEMA, spec_fields
+from intel_device_plugins.operator.model import SPEC_CLASSES, STATUS_SCHEMA
 
 #: The subdirectory of the CRD directory holding the FPGA pod webhook's CRDs.
 FPGA_CRD_DIR: Final = "fpga"
@@ -27,12 +28,7 @@ PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
 
 def spec_schema(kind: DeviceKind) -> dict[str, Any]:
     """Structural OpenAPI v3 schema of ``spec`` for ``kind``."""
-    props = {str(f.metadata["json"]): dict(f.metadata["schema"]) for f in spec_fields(SPEC_CLASSES[kind])}
-    return {
-        "type": "object",
-        "description": f"Desired state of the {kind.kind}.",
-        "properties": props,
-    }
+    return schema_of(SPEC_CLASSES[kind], f"Desired state of the {kind.kind}.")
 
 
 def crd(kind: DeviceKind) -> dict[str, Any]:

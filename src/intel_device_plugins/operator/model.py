@@ -1,8 +1,8 @@
 """Typed model of the ``deviceplugin.intel.com/v1`` custom resources: the single source of truth.
 
-Each spec is a frozen dataclass whose fields carry their JSON name and OpenAPI schema in ``metadata``. The CRD
-generator, the parser used by the webhooks and the controller, and the DaemonSet builders all read these
-classes, so a field exists in exactly one place.
+Declared in the project's CRD model language (``kube/crdmodel.py``). The CRD generator, the parser used by
+the webhooks and the controller, and the DaemonSet builders all read these classes, so a field exists in
+exactly one place. The parser below keeps upstream's messages for tolerations and node selectors.
 """
 
 from __future__ import annotations
@@ -12,21 +12,19 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
+from intel_device_plugins.kube.crdmodel import EMPTY, Model, field, model_fields
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.schemacheck import FieldError as FieldError
 from intel_device_plugins.schemacheck import JSONSchema as JSONSchema
 from intel_device_plugins.schemacheck import SpecError as SpecError
 from intel_device_plugins.schemacheck import check_value
 
-_EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
+_EMPTY: Final[Mapping[str, str]] = EMPTY
 
 
 def _spec_field(json_name: str, schema: JSONSchema, description: str, default: Any = None) -> Any:
-    """Declare a spec field with its JSON name, schema and description (the description lands in the CRD)."""
-    meta = {"json": json_name, "schema": {**schema, "description": description}}
-    if isinstance(default, Mapping):
-        return dataclasses.field(default_factory=lambda: _EMPTY, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    """``crdmodel.field`` with the arguments in the order this module's declarations read best."""
+    return field(json_name, description, schema, default=default)
 
 
 _STR: Final[JSONSchema] = {"type": "string"}
@@ -78,7 +76,7 @@ class Toleration:
 
 
 @dataclasses.dataclass(frozen=True)
-class CommonSpec:
+class CommonSpec(Model):
     """Fields shared by every kind. ``init_image`` is excluded for NPU by the NPU spec itself."""
 
     KIND: ClassVar[DeviceKind]
@@ -408,7 +406,7 @@ class PluginStatus:
 
 def spec_fields(cls: type[CommonSpec]) -> tuple[dataclasses.Field[Any], ...]:
     """Fields of a spec class that belong in the CRD, sorted by JSON name (NPU drops initImage)."""
-    return tuple(sorted(dataclasses.fields(cls), key=lambda f: str(f.metadata["json"])))
+    return model_fields(cls)
 
 
 def _parse_toleration(path: str, raw: Mapping[str, Any], errors: list[FieldError]) -> Toleration:

@@ -5,9 +5,9 @@ Rendered from ``webhooks/model.py``; ``python -m intel_device_plugins.cmd.crdgen
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Final
 
+from intel_device_plugins.kube.crdmodel import schema_of
 from intel_device_plugins.kube.crds import crd_document, render_document
 from intel_device_plugins.webhooks import model as fpga_model
 from intel_device_plugins.webhooks.handlers import pod_webhook
@@ -20,13 +20,7 @@ POD_WEBHOOKS: Final = ("fpga", "sgx")
 
 def fpga_crd(kind: FpgaKind) -> dict[str, Any]:
     """CRD of an ``fpga.intel.com/v2`` kind: namespaced, spec required, no subresources (as upstream)."""
-    fields = sorted(dataclasses.fields(fpga_model.SPEC_CLASSES[kind]), key=lambda f: str(f.metadata["json"]))
-    spec = {
-        "type": "object",
-        "description": f"Desired state of the {kind.kind}.",
-        "properties": {str(f.metadata["json"]): dict(f.metadata["schema"]) for f in fields},
-        "required": [str(f.metadata["json"]) for f in fields if f.metadata.get("required")],
-    }
+    spec = schema_of(fpga_model.SPEC_CLASSES[kind], f"Desired state of the {kind.kind}.")
     schema = {
         "type": "object",
         "description": fpga_model.DESCRIPTIONS[kind],
