@@ -42,8 +42,8 @@ from k8stest.node import (
     workload_pod,
     write_test_images,
 )
-from k8stest.node_fixtures import NODE_PROFILE
-from k8stest.node_plugins import PLUGIN_NAMESPACE, node_image_archive, registrations, sample_daemonset
+from k8stest.node.fixtures import NODE_PROFILE
+from k8stest.node.plugins import PLUGIN_NAMESPACE, node_image_archive, registrations, sample_daemonset
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "test" / "node" / "build.sh"
@@ -184,7 +184,7 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
     node; between runs the DaemonSet is deleted and allocatable falls to 0. Then ``restarts``
     kubelet restarts with the plugin running: restart → the plugin's registration → allocatable;
     and as many hot-plugs and unplugs of a card: files written → allocatable follows."""
-    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
+    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node.fixtures.NODE_PROFILE
     archive = node_image_archive()
     if archive is None:
         raise SystemExit("no node image archive: run `make images`")
@@ -313,9 +313,9 @@ def bench_operator(runs: int, rolls: int = 3) -> dict[str, Any]:
     directly (no operator). Then ``rolls`` image tag changes of the applied sample: patch → new plugin
     pod Ready with allocatable back, and how long allocatable was below its count.
     """
-    from k8stest.node_operator import install_operator, roll_plugin_image
+    from k8stest.node.operator import install_operator, roll_plugin_image
 
-    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
+    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node.fixtures.NODE_PROFILE
     to_allocatable: list[float] = []
     direct_to_allocatable: list[float] = []
     gpu_pod_running: list[float] = []

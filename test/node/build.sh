@@ -56,7 +56,7 @@ runc_path="$(command -v runc)"
 
 k8s_version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 go_version="$(go env GOVERSION)"
-src_hash="$(cat go.mod go.sum build.sh | sha256sum | cut -c1-16)"
+src_hash="$(cat go.mod go.sum build.sh ../k8s/version-stamp.sh | sha256sum | cut -c1-16)"
 key="node-${k8s_version}_${go_version}_${src_hash}"
 cache_root="${NODE_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/intel-device-plugins/node-bin}"
 out="${cache_root}/${key}"
@@ -77,15 +77,11 @@ mkdir -p "$cache_root"
 tmp="$(mktemp -d "$out.tmp.XXXXXX")"; chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 
-minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 # The same stamp and flags as test/k8s/build.sh: identical compile flags are what lets the two
 # modules share compiled packages; only the link step differs.
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X ${pkg}.gitVersion=${k8s_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
-    ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${build_date}"
-done
+# shellcheck source=../k8s/version-stamp.sh
+source "$here/../k8s/version-stamp.sh"
+ldflags="$(k8s_version_ldflags "$k8s_version")"
 
 log "go mod download"
 go mod download

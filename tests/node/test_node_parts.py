@@ -22,8 +22,8 @@ from k8stest.node import (
     renumber_char_links,
     workload_pod,
 )
-from k8stest.node_plugins import plugin_identity, sample_daemonset
-from k8stest.node_runtime import bundle_dir, with_node_sysfs
+from k8stest.node.plugins import plugin_identity, sample_daemonset
+from k8stest.node.runtime import bundle_dir, with_node_sysfs
 from k8stest.ociimage import (
     PAUSE_IMAGE,
     WORKLOAD_IMAGE,

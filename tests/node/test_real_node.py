@@ -29,7 +29,7 @@ from k8stest.node import (
     start_real_node,
     workload_pod,
 )
-from k8stest.node_plugins import unschedulable_message
+from k8stest.node.plugins import unschedulable_message
 
 pytestmark = pytest.mark.k8s
 
