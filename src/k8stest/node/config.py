@@ -10,6 +10,9 @@ from k8stest.kubeclient import JSON
 
 # Values the kubelet insists on (component-helpers' sysctl constants). Its mount namespace sees
 # files holding exactly these, so it finds nothing to change and never writes the host's settings.
+# Where containerd reads CDI specs inside the node: the standard directories of the CDI spec.
+CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+
 KUBELET_SYSCTLS: Mapping[str, str] = {
     "vm/overcommit_memory": "1",
     "vm/panic_on_oom": "0",
@@ -76,6 +79,22 @@ class NodeLayout:
         return self.workdir / "opt"
 
     @property
+    def cdi_run_dir(self) -> Path:
+        """Seen as /var/run/cdi inside the node, where device plugins write their CDI specs."""
+        return self.workdir / "cdi-run"
+
+    @property
+    def cdi_etc_dir(self) -> Path:
+        """Seen as /etc/cdi inside the node (the machine's /etc gets no cdi directory)."""
+        return self.workdir / "cdi-etc"
+
+    @property
+    def etc_overlay_dir(self) -> Path:
+        """The upper and work directories of the overlay that the node sees as /etc: it adds
+        /etc/cdi there without writing to the machine's /etc."""
+        return self.workdir / "etc-overlay"
+
+    @property
     def log_dir(self) -> Path:
         """Seen as /var/log inside the node (pod logs land in pods/)."""
         return self.workdir / "var-log"
@@ -106,9 +125,8 @@ def kubelet_configuration(
         "kind": "KubeletConfiguration",
         # This host mounts cgroup v1; from 1.35 the kubelet refuses that unless told otherwise.
         "failCgroupV1": False,
-        # containerd 1.6 cannot tell the kubelet its cgroup driver (no RuntimeConfig call), so the
-        # kubelet uses this one; runc's default driver is the same.
-        "cgroupDriver": "cgroupfs",
+        # No cgroupDriver: containerd 2 tells the kubelet its own (cgroupfs, SystemdCgroup = false)
+        # through the CRI RuntimeConfig call.
         "cgroupRoot": layout.cgroup,
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
         "address": config.node_ip,
@@ -168,37 +186,46 @@ def containerd_configuration(
     pause_image: str,
     can_lower_oom_score: bool = True,
 ) -> str:
-    """containerd 1.6's TOML (config version 2).
+    """containerd 2's TOML (config version 3).
+
+    CDI specs are read from the node's /etc/cdi and /var/run/cdi, as on a cluster node: device
+    plugins write theirs to /var/run/cdi, and the kubelet passes the CDI names they answer.
 
     ``can_lower_oom_score``: without CAP_SYS_RESOURCE (some sandboxed machines drop it even for
     root) runc cannot give the sandbox the kubelet's oom_score_adj of -998 and every pod fails
     with "failed to update /proc/self/oom_score_adj"; containerd then clamps scores to its own.
     """
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    images = "plugins.'io.containerd.cri.v1.images'"
+    runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    cdi_dirs = ", ".join(f'"{d}"' for d in CDI_SPEC_DIRS)
     lines = [
-        "version = 2",
+        "version = 3",
         f'root = "{layout.workdir / "containerd-root"}"',
         # /run is the node's own tmpfs; shim sockets and runc state go there.
         'state = "/run/containerd"',
         "[grpc]",
         f'  address = "{layout.containerd_socket}"',
-        f"[{cri}]",
-        f'  sandbox_image = "{pause_image}"',
-        '  stream_server_address = "127.0.0.1"',
+        f"[{images}]",
+        f'  snapshotter = "{config.snapshotter}"',
+        f"[{images}.pinned_images]",
+        f'  sandbox = "{pause_image}"',
+        f"[{runtime}]",
         "  enable_selinux = false",
         f"  restrict_oom_score_adj = {'false' if can_lower_oom_score else 'true'}",
-        f"[{cri}.containerd]",
-        f'  snapshotter = "{config.snapshotter}"',
+        f"  cdi_spec_dirs = [{cdi_dirs}]",
+        f"[{runtime}.containerd]",
         '  default_runtime_name = "runc"',
-        f"[{cri}.containerd.runtimes.runc]",
+        f"[{runtime}.containerd.runtimes.runc]",
         '  runtime_type = "io.containerd.runc.v2"',
-        f"[{cri}.containerd.runtimes.runc.options]",
+        f"[{runtime}.containerd.runtimes.runc.options]",
         "  SystemdCgroup = false",
         f'  BinaryName = "{layout.workdir / "runtime"}"',
-        f"[{cri}.cni]",
-        f'  bin_dir = "{cni_bin_dir}"',
+        f"[{runtime}.cni]",
+        f'  bin_dirs = ["{cni_bin_dir}"]',
         f'  conf_dir = "{layout.workdir / "cni"}"',
         "  max_conf_num = 1",
+        "[plugins.'io.containerd.grpc.v1.cri']",
+        '  stream_server_address = "127.0.0.1"',
     ]
     return "\n".join(lines) + "\n"
 

@@ -230,8 +230,10 @@ def start_real_node(
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     layout = NodeLayout(workdir, f"/k8stest-{secrets.token_hex(4)}")
+    etc_upper, etc_work = layout.etc_overlay_dir / "upper", layout.etc_overlay_dir / "work"
     for d in (layout.kubelet_dir, layout.device_plugin_dir, layout.log_dir, layout.opt_dir, layout.logs,
-              layout.sysctl_dir, workdir / "cni", workdir / "containerd-root"):  # fmt: skip
+              layout.sysctl_dir, workdir / "cni", workdir / "containerd-root", layout.cdi_run_dir,
+              layout.cdi_etc_dir, etc_upper / "cdi", etc_work):  # fmt: skip
         d.mkdir(parents=True, exist_ok=True)
 
     # /sys and /dev
@@ -306,6 +308,17 @@ def start_real_node(
         "hierarchies": [str(h) for h in hierarchies],
         "mounts": [
             {"kind": "tmpfs", "target": "/run"},
+            {"kind": "mkdir", "target": "/run/cdi"},
+            {"kind": "bind", "source": str(layout.cdi_run_dir), "target": "/run/cdi"},
+            # /etc stays the machine's, seen through an overlay that adds an empty cdi/ directory
+            {
+                "kind": "overlay",
+                "lower": "/etc",
+                "upper": str(etc_upper),
+                "work": str(etc_work),
+                "target": "/etc",
+            },
+            {"kind": "bind", "source": str(layout.cdi_etc_dir), "target": "/etc/cdi"},
             {"kind": "tmpfs", "target": "/var/lib"},
             {"kind": "bind", "source": str(layout.opt_dir), "target": "/opt"},
             {"kind": "mkdir", "target": "/var/lib/kubelet"},
