@@ -42,6 +42,7 @@ __all__ = [
     "sample_daemonset",
     "sample_plugin",
     "unschedulable_message",
+    "warning_events",
 ]
 
 IMAGES_CACHE_ENV = "IMAGES_CACHE"
@@ -267,10 +268,23 @@ def run_to_completion(
             pod = client.get(f"{PODS}/{name}")
             return pod if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
 
-        pod = wait_for(f"pod {name} to finish", finished, timeout=timeout)
+        try:
+            pod = wait_for(f"pod {name} to finish", finished, timeout=timeout)
+        except TimeoutError as error:
+            status = client.get(f"{PODS}/{name}").get("status", {})
+            raise AssertionError(
+                f"{error}\nphase {status.get('phase')}, containers {status.get('containerStatuses')},"
+                f" warnings {warning_events(client, name)}"
+            ) from None
         return pod, pod_log(node, "default", name)
     finally:
         client.delete(f"{PODS}/{name}")
+
+
+def warning_events(client: KubeClient, pod: str) -> list[str]:
+    """``reason: message`` of every Warning event about pod ``pod`` in ``default``."""
+    events = client.get(f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{pod}")
+    return [f"{e.get('reason')}: {e.get('message')}" for e in events["items"] if e.get("type") == "Warning"]
 
 
 def unschedulable_message(client: KubeClient, name: str, timeout: float = 30) -> str:
