@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -28,15 +27,19 @@ from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB3_AFU
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.node import RealNode, workload_pod
-from k8stest.node.plugins import PODS, SamplePlugin, run_to_completion, sample_plugin, warning_events
+from k8stest.node.plugins import PODS, SamplePlugin, run_to_completion, sample_plugin
+from tests.node.cdi import (
+    CDI_ONLY_NODE,
+    CDI_ONLY_VARIABLE,
+    REGION,
+    XE,
+    XE_SCRIPT,
+    region_pod,
+    wait_for_warning,
+    xe_spec,
+)
 
 pytestmark = pytest.mark.k8s
-
-XE = "gpu.intel.com/xe"
-GPU_CDI_KIND = "intel.cdi.k8s.io/gpu"
-CDI_ONLY_VARIABLE = "K8STEST_CDI_ONLY"
-CDI_ONLY_NODE = "/dev/k8stest-cdi-only"
-FPGA_PORT = "dfl-port.0"  # the session node's only FPGA port
 
 
 @pytest.fixture(scope="module")
@@ -51,29 +54,6 @@ def gpu_plugin(
             yield plugin
     finally:
         client.close()
-
-
-def gpu_specs(node: RealNode) -> dict[Path, dict[str, Any]]:
-    """The GPU plugin's CDI spec files in the node's /var/run/cdi, parsed."""
-    return {
-        path: yaml.safe_load(path.read_text())
-        for path in sorted(node.layout.cdi_run_dir.glob(f"{GPU_CDI_KIND.replace('/', '-')}-*.yaml"))
-    }
-
-
-def xe_spec(node: RealNode) -> tuple[Path, dict[str, Any]]:
-    """The spec file of the xe card: the one whose device node the xe pods got (``card2``)."""
-    found = [(path, doc) for path, doc in gpu_specs(node).items() if doc["devices"][0]["name"] == "card2"]
-    assert found, f"no CDI spec of card2 in {node.layout.cdi_run_dir}: {sorted(gpu_specs(node))}"
-    return found[0]
-
-
-# Checks the container makes: exactly the xe card's nodes, and its by-path links.
-XE_SCRIPT = (
-    "set -e; ls -l /dev/dri /dev/dri/by-path; test -c /dev/dri/card2; test -c /dev/dri/renderD130;"
-    " test $(ls /dev/dri | grep -c '^card') -eq 1;"
-    " for link in /dev/dri/by-path/*-card /dev/dri/by-path/*-render; do test -e $link; done"
-)
 
 
 def test_gpu_pod_gets_its_card_through_the_cdi_spec_the_plugin_wrote(
@@ -101,23 +81,6 @@ def test_gpu_pod_gets_its_card_through_the_cdi_spec_the_plugin_wrote(
         assert f"{CDI_ONLY_VARIABLE}=card2" in log, log
     finally:
         path.write_bytes(original)
-
-
-def wait_for_warning(client: KubeClient, name: str, needle: str) -> str:
-    """The first Warning event of pod ``name`` that contains ``needle``; the failure lists the
-    events there are and the pod's container states."""
-
-    def event() -> str | None:
-        return next((e for e in warning_events(client, name) if needle in e), None)
-
-    try:
-        return wait_for(f"a Warning event of pod {name} naming {needle!r}", event, timeout=60)
-    except TimeoutError:
-        pod = client.get(f"{PODS}/{name}")
-        raise AssertionError(
-            f"pod {name}: no Warning event naming {needle!r}; events {warning_events(client, name)},"
-            f" containers {pod.get('status', {}).get('containerStatuses')}"
-        ) from None
 
 
 def failed_start(client: KubeClient, node: RealNode, name: str, needle: str) -> str:
@@ -172,9 +135,6 @@ def test_a_spec_the_runtime_cannot_use_fails_only_that_pod(
     assert xe_spec(node)[1]["devices"][0]["containerEdits"]["deviceNodes"][0]["path"] == "/dev/dri/card2"
 
 
-REGION = f"fpga.intel.com/region-{ARRIA10_INTERFACE}"
-
-
 @pytest.fixture(scope="module")
 def fpga_region_plugin(
     real_node: RealNode, node_image: str, node_control_plane: ControlPlane
@@ -187,18 +147,6 @@ def fpga_region_plugin(
             yield plugin
     finally:
         client.close()
-
-
-def region_pod(name: str, node: RealNode, afu: str) -> dict[str, Any]:
-    """A pod asking for the region and, as the FPGA webhook would set it, a function to run there."""
-    pod = workload_pod(
-        name, node.name, f"set -e; ls -l /dev/{FPGA_PORT}; test -c /dev/{FPGA_PORT}", limits={REGION: "1"}
-    )
-    pod["spec"]["containers"][0]["env"] = [
-        {"name": "FPGA_REGION_1", "value": ARRIA10_INTERFACE},
-        {"name": "FPGA_AFU_1", "value": afu},
-    ]
-    return pod
 
 
 def test_fpga_region_pod_runs_the_installed_hook_from_the_cdi_spec(
@@ -223,3 +171,46 @@ def test_fpga_region_pod_runs_the_installed_hook_from_the_cdi_spec(
     assert spec["devices"][0]["containerEdits"]["hooks"] == [
         {"hookName": "createRuntime", "path": CRI_HOOK_PATH}
     ]
+
+
+SGX_REGISTRATION = "sgx.intel.com/registration"
+
+
+@pytest.fixture(scope="module")
+def sgx_dcap_plugin(
+    real_node: RealNode, node_image: str, node_control_plane: ControlPlane
+) -> Iterator[SamplePlugin]:
+    """The SgxDevicePlugin sample with ``dcapInfraResources``: its registration resource carries the
+    efivarfs CDI device."""
+    client = node_control_plane.client()
+    try:
+        with sample_plugin(client, real_node, DeviceKind.SGX, node_image, dcapInfraResources=True) as plugin:
+            plugin.wait_advertised(client, {SGX_REGISTRATION: "1"})
+            yield plugin
+    finally:
+        client.close()
+
+
+def test_sgx_registration_gets_the_efivarfs_mount_of_its_cdi_spec(
+    sgx_dcap_plugin: SamplePlugin, client: KubeClient
+) -> None:
+    """Only the CDI spec holds the efivarfs mount at /run/efivars. On a kernel with efivarfs the
+    container sees it mounted; on one without (this machine kind), runc, given the mount by
+    containerd, fails it and says where. Either way the runtime applied the spec."""
+    node = sgx_dcap_plugin.node
+    name = "sgx-registration"
+    if "efivarfs" in Path("/proc/filesystems").read_text():
+        script = "grep ' /run/efivars efivarfs ' /proc/mounts"
+        pod, log = run_to_completion(
+            client, node, workload_pod(name, node.name, script, limits={SGX_REGISTRATION: "1"})
+        )
+        assert pod["status"]["phase"] == "Succeeded", log
+    else:
+        client.create(PODS, workload_pod(name, node.name, "true", limits={SGX_REGISTRATION: "1"}))
+        try:
+            event = wait_for_warning(client, name, "/run/efivars")
+        finally:
+            client.delete(f"{PODS}/{name}")
+        assert "efivarfs" in event, event
+    spec = yaml.safe_load((node.layout.cdi_run_dir / "intel.cdi.k8s.io-sgx-efivarfs.yaml").read_text())
+    assert spec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"] == "/run/efivars", spec

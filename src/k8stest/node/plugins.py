@@ -190,14 +190,23 @@ class SamplePlugin:
         allocatable = self.allocatable(client)
         return all(allocatable.get(resource) == value for resource, value in expected.items())
 
+    def ready(self, client: KubeClient) -> bool:
+        """Whether a pod of this DaemonSet is Ready."""
+        return any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for pod in self.pods(client)
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+
     def wait_advertised(self, client: KubeClient, expected: Mapping[str, str], timeout: float = 120) -> None:
-        """Wait until the node's allocatable has ``expected``; the failure names what is missing,
-        the plugin pod's state and the end of its log."""
+        """Wait until a pod of the DaemonSet is Ready and the node's allocatable has ``expected``
+        (a plugin of the same kind that was just removed may still be counted there); the failure
+        names what is missing, the plugin pod's state and the end of its log."""
         wanted = ", ".join(f"{resource}={value}" for resource, value in expected.items())
         try:
             wait_for(
                 f"{wanted} on {self.node.name} (plugin pod from {self.image})",
-                lambda: self.advertised(client, expected),
+                lambda: self.ready(client) and self.advertised(client, expected),
                 timeout=timeout,
             )
         except TimeoutError as error:
