@@ -3,11 +3,13 @@ and waiting for a pod's Warning event."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH
 from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE
 from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.node import RealNode, workload_pod
@@ -71,3 +73,9 @@ def wait_for_warning(client: KubeClient, name: str, needle: str) -> str:
             f"pod {name}: no Warning event naming {needle!r}; events {warning_events(client, name)},"
             f" containers {pod.get('status', {}).get('containerStatuses')}"
         ) from None
+
+
+def remove_installed_hook(node: RealNode) -> None:
+    """Take the FPGA init container's installation out of the session node's /opt again, so the
+    FPGA module that follows sees its own install."""
+    shutil.rmtree(node.layout.opt_dir / Path(CRI_HOOK_PATH).parent.relative_to("/opt"), ignore_errors=True)

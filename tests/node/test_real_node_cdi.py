@@ -35,6 +35,7 @@ from tests.node.cdi import (
     XE,
     XE_SCRIPT,
     region_pod,
+    remove_installed_hook,
     wait_for_warning,
     xe_spec,
 )
@@ -146,6 +147,7 @@ def fpga_region_plugin(
             plugin.wait_advertised(client, {REGION: "1"})
             yield plugin
     finally:
+        remove_installed_hook(real_node)
         client.close()
 
 

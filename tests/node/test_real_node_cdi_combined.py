@@ -29,7 +29,15 @@ from k8stest.node.plugins import (
     run_to_completion,
     sample_daemonset,
 )
-from tests.node.cdi import REGION, XE, XE_SCRIPT, region_pod, wait_for_warning, xe_spec
+from tests.node.cdi import (
+    REGION,
+    XE,
+    XE_SCRIPT,
+    region_pod,
+    remove_installed_hook,
+    wait_for_warning,
+    xe_spec,
+)
 
 pytestmark = pytest.mark.k8s
 
@@ -84,6 +92,7 @@ def combined_plugin(
         client.delete_if_present(f"{DAEMONSETS}/{COMBINED_NAME}")
         delete_plugin_identity(client, identity)
         client.merge_patch(node_path, {"metadata": {"labels": dict.fromkeys(labels)}})
+        remove_installed_hook(real_node)
         client.close()
 
 
