@@ -8,11 +8,7 @@ import socket
 from pathlib import Path
 
 from k8stest.binaries import Binaries
-from k8stest.controlplane import (
-    ControlPlane,
-    ControlPlaneConfig,
-    start_control_plane,
-)
+from k8stest.controlplane import ControlPlane, ControlPlaneConfig, start_control_plane
 from k8stest.kubeclient import Credentials
 from k8stest.node.config import EGRESS_SOCKET_NAME, egress_selector_configuration
 

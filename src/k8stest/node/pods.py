@@ -6,9 +6,7 @@ from collections.abc import Mapping
 
 from k8stest.kubeclient import JSON
 from k8stest.node.running import RealNode
-from k8stest.ociimage import (
-    WORKLOAD_IMAGE,
-)
+from k8stest.ociimage import WORKLOAD_IMAGE
 
 
 def workload_pod(

@@ -19,11 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from k8stest.binaries import in_ci
-from k8stest.controlplane import (
-    KUBERNETES_SERVICE_IP,
-    SERVICE_CIDR,
-    ControlPlane,
-)
+from k8stest.controlplane import KUBERNETES_SERVICE_IP, SERVICE_CIDR, ControlPlane
 from k8stest.kubeclient import JSON, ApiError, wait_for
 from k8stest.node.binaries import NodeBinaries
 from k8stest.node.certs import client_cert_kubeconfig, node_client_certificate
@@ -40,13 +36,7 @@ from k8stest.node.config import (
 )
 from k8stest.node.controlplane import egress_socket, proxy_credentials
 from k8stest.node.trees import SIM_DEVICE_MAJOR, build_dev, make_char_device, merge_sysfs, renumber_char_links
-from k8stest.ociimage import (
-    PAUSE_IMAGE,
-    busybox_images,
-    localize_archive,
-    localized_index,
-    write_oci_archive,
-)
+from k8stest.ociimage import PAUSE_IMAGE, busybox_images, localize_archive, localized_index, write_oci_archive
 from k8stest.process import ManagedProcess, free_port
 
 CONTAINERD_NAMESPACE = "k8s.io"
