@@ -8,11 +8,11 @@ from pathlib import Path
 
 from k8stest.kubeclient import JSON
 
-# Values the kubelet insists on (component-helpers' sysctl constants). Its mount namespace sees
-# files holding exactly these, so it finds nothing to change and never writes the host's settings.
 # Where containerd reads CDI specs inside the node: the standard directories of the CDI spec.
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
+# Values the kubelet insists on (component-helpers' sysctl constants). Its mount namespace sees
+# files holding exactly these, so it finds nothing to change and never writes the host's settings.
 KUBELET_SYSCTLS: Mapping[str, str] = {
     "vm/overcommit_memory": "1",
     "vm/panic_on_oom": "0",
