@@ -23,7 +23,7 @@ from intel_device_plugins.rmd.cacheways import (
 )
 from intel_device_plugins.rmd.client import RmdClient, TlsMaterial, Transport, client_ssl_context
 from intel_device_plugins.sim.kubelet import KubeletStandIn
-from intel_device_plugins.sim.rmd import Machine, RmdState, serve_rmd, server_tls
+from intel_device_plugins.sim.rmd import Acl, Machine, RmdState, serve_rmd, server_tls
 
 
 def test_ids_and_numa_follow_upstream() -> None:
@@ -84,7 +84,9 @@ async def test_serves_the_kubelet_and_follows_rmd(
     transport = Transport(client_ssl_context(TlsMaterial(ca.cert, client.cert, client.key)))
     state = RmdState(Machine(guaranteed_ways="1-3"))
     resource = "intel.com/l3_cache_ways"
-    async with serve_rmd(state, tls=tls) as url:
+    (tmp_path / "admin").mkdir()
+    (tmp_path / "admin" / "plugin.pem").write_bytes(client.cert)
+    async with serve_rmd(state, tls=tls, acl=Acl(admincert=tmp_path / "admin")) as url:
         plugin = CacheWaysPlugin(url, transport, refresh_s=0.1, retry_s=0.1)
         config = FrameworkConfig(device_plugin_dir=plugin_dir, cdi_dir=tmp_path / "cdi", scan_interval=0.1)
         stop = asyncio.Event()

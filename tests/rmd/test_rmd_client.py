@@ -23,7 +23,7 @@ from intel_device_plugins.rmd.client import (
     Transport,
     client_ssl_context,
 )
-from intel_device_plugins.sim.rmd import RmdState, serve_rmd, server_tls
+from intel_device_plugins.sim.rmd import Acl, RmdState, serve_rmd, server_tls
 
 
 def _write(directory: Path, ca: pki.Issued, server: pki.Issued) -> Path:
@@ -45,10 +45,25 @@ def server_ssl(ca: pki.Issued, tmp_path: Path) -> ssl.SSLContext:
     return server_tls(d / "ca.pem", d / "rmd-cert.pem", d / "rmd-key.pem")
 
 
+@pytest.fixture
+def acl(tmp_path: Path) -> Acl:
+    """RMD's default authorisation (``signature``) with its admin and user certificate directories."""
+    admin, user = tmp_path / "acl" / "admin", tmp_path / "acl" / "user"
+    admin.mkdir(parents=True)
+    user.mkdir(parents=True)
+    return Acl("signature", admin, user)
+
+
 def _transport(
-    ca: pki.Issued, role: str = "Admin", key_type: pki.KeyType = "ecdsa", **kw: float
+    ca: pki.Issued,
+    listed_in: Path | None = None,
+    role: str = "Admin",
+    key_type: pki.KeyType = "ecdsa",
 ) -> Transport:
+    """A client with a new certificate, placed in RMD's ``listed_in`` certificate directory if given."""
     client = pki.new_client(ca, role=role, key_type=key_type)
+    if listed_in is not None:
+        (listed_in / f"client-{len(list(listed_in.iterdir()))}.pem").write_bytes(client.cert)
     return Transport(client_ssl_context(TlsMaterial(ca.cert, client.cert, client.key)))
 
 
@@ -60,12 +75,16 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.mark.parametrize("key_type", ["ecdsa", "rsa"])
 async def test_mutual_tls_round_trip(
-    key_type: pki.KeyType, ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+    key_type: pki.KeyType,
+    ca: pki.Issued,
+    server_ssl: ssl.SSLContext,
+    session: aiohttp.ClientSession,
+    acl: Acl,
 ) -> None:
     state = RmdState()
-    async with serve_rmd(state, tls=server_ssl) as url:
+    async with serve_rmd(state, tls=server_ssl, acl=acl) as url:
         assert url.startswith("https://")
-        rmd = RmdClient(session, _transport(ca, key_type=key_type), url)
+        rmd = RmdClient(session, _transport(ca, acl.admincert, key_type=key_type), url)
         created = await rmd.post_workload(
             {"core_ids": ["0-3"], "rdt": {"cache": {"max": 2, "min": 2}}, "uuid": "x"}
         )
@@ -80,10 +99,10 @@ async def test_mutual_tls_round_trip(
 
 
 async def test_rmd_errors_carry_status_and_text(
-    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession, acl: Acl
 ) -> None:
-    async with serve_rmd(RmdState(), tls=server_ssl) as url:
-        rmd = RmdClient(session, _transport(ca), url)
+    async with serve_rmd(RmdState(), tls=server_ssl, acl=acl) as url:
+        rmd = RmdClient(session, _transport(ca, acl.admincert), url)
         with pytest.raises(RmdApiError) as err:
             await rmd.post_workload({"core_ids": ["0"], "rdt": {"cache": {"max": 1, "min": 2}}})
         assert err.value.status == 400
@@ -95,17 +114,48 @@ async def test_rmd_errors_carry_status_and_text(
         assert err.value.status == 404
 
 
+async def test_rmd_default_acl_refuses_every_certificate(
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+) -> None:
+    """An RMD nobody configured: signature mode with no certificate directories lets no client in."""
+    async with serve_rmd(RmdState(), tls=server_ssl) as url:
+        with pytest.raises(RmdApiError, match="intel-rmd-operator is not authorized") as err:
+            await RmdClient(session, _transport(ca, role="Admin"), url).get_workloads()
+        assert err.value.status == 401
+
+
+async def test_rmd_acl_by_certificate_signature(
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession, acl: Acl
+) -> None:
+    assert acl.admincert is not None and acl.usercert is not None
+    async with serve_rmd(RmdState(), tls=server_ssl, acl=acl) as url:
+        admin = RmdClient(session, _transport(ca, acl.admincert, role="Guest"), url)
+        assert (await admin.post_workload({"core_ids": ["0"], "policy": "gold"}))["id"] == "1"
+        reader = RmdClient(session, _transport(ca, acl.usercert, role="Admin"), url)
+        assert [w["id"] for w in await reader.get_workloads()] == ["1"]
+        with pytest.raises(RmdApiError, match='User "Cert Client User" is not authorized') as err:
+            await reader.delete_workload("1")
+        assert err.value.status == 403
+        # The organisational unit counts for nothing here: only the listed certificates do.
+        stranger = RmdClient(session, _transport(ca, role="Admin"), url)
+        with pytest.raises(RmdApiError, match="intel-rmd-operator is not authorized") as err:
+            await stranger.get_workloads()
+        assert err.value.status == 401
+
+
 async def test_rmd_acl_by_certificate_role(
     ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
 ) -> None:
-    async with serve_rmd(RmdState(), tls=server_ssl) as url:
+    async with serve_rmd(RmdState(), tls=server_ssl, acl=Acl("role")) as url:
         reader = RmdClient(session, _transport(ca, role="User"), url)
         assert await reader.get_workloads() == []
-        with pytest.raises(RmdApiError, match='User "intel-rmd-operator" is not authorized') as err:
+        with pytest.raises(RmdApiError, match="OU: User is not authorized") as err:
             await reader.post_workload({"core_ids": ["0"], "policy": "gold"})
-        assert err.value.status == 403
+        assert err.value.status == 401
+        writer = RmdClient(session, _transport(ca, role="Root"), url)
+        assert (await writer.post_workload({"core_ids": ["0"], "policy": "gold"}))["id"] == "1"
         stranger = RmdClient(session, _transport(ca, role="Guest"), url)
-        with pytest.raises(RmdApiError, match="intel-rmd-operator is not authorized") as err:
+        with pytest.raises(RmdApiError, match="OU: Guest is not authorized") as err:
             await stranger.get_workloads()
         assert err.value.status == 401
 
