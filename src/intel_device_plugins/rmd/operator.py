@@ -3,7 +3,10 @@
 Watches (lightkube, reconnecting) only queue keys; workers reconcile each key from the current state of the
 cluster and of RMD (level-based), using the pure plans of ``reconcile.py``, so a repeat changes nothing.
 Every key is also re-queued periodically: RmdWorkloads every ``workload_resync_s`` (RMD may have lost a
-workload), RmdNodeStates every ``node_state_period_s``. One replica reconciles at a time (a Lease).
+workload), RmdNodeStates every ``node_state_period_s`` (60 s: reading every RMD is the operator's main idle
+cost) and every ``retry_s`` while their RMD cannot be read. A change of an RMD pod (the kubelet finding it
+unready, a restarted container) queues its node at once, so staleness and restarts show without polling
+faster. One replica reconciles at a time (a Lease).
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class OperatorConfig:
     endpoints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # node → RMD URL override
     workers: int = 4
     workload_resync_s: float = 60.0
-    node_state_period_s: float = 10.0
+    node_state_period_s: float = 60.0
     config_resync_s: float = 30.0
     retry_s: float = 5.0
     cleanup_grace_s: float = 120.0
@@ -364,7 +367,7 @@ class RmdOperator:
                     await rmd.delete_workload(wid)
             for ns, wname in rc.needs_reconcile(view.workloads, node_name, crs):
                 self.queue.add(("workload", ns, wname))
-        return self.cfg.node_state_period_s
+        return self.cfg.retry_s if view.workloads is None else self.cfg.node_state_period_s
 
     async def _cr_exists(self, uuid: str) -> bool:
         namespace, _, name = uuid.partition("/")
@@ -521,7 +524,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rmd-endpoint", type=_endpoint, action="append", default=[], metavar="NODE=URL")
     p.add_argument("--rmd-timeout", type=float, default=10.0)
     p.add_argument("--workload-resync", type=float, default=60.0)
-    p.add_argument("--node-state-period", type=float, default=10.0)
+    p.add_argument("--node-state-period", type=float, default=60.0, help="seconds between reads of each RMD")
     p.add_argument("--cleanup-grace", type=float, default=120.0)
     p.add_argument("--no-leader-elect", action="store_true")
     p.add_argument(
@@ -545,7 +548,9 @@ async def amain(args: argparse.Namespace) -> int:
         node_image=args.node_image,
     )
     client = AsyncClient(field_manager=FIELD_MANAGER)
-    async with aiohttp.ClientSession() as session:
+    # Connections to the RMDs outlive the period between reads, so an idle read needs no new handshake.
+    connector = aiohttp.TCPConnector(keepalive_timeout=cfg.node_state_period_s + 30, limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
         operator = RmdOperator(client, session, cfg)
         if args.no_leader_elect:
             await operator.run()

@@ -128,6 +128,9 @@ def rmd_daemonset(
         "image": cfg.rmd_image or images.default_rmd_image(),
         "command": list(RMD_COMMAND),
         "ports": [{"name": "https", "containerPort": 8443, "protocol": "TCP"}],
+        # Readiness changes reach the operator through its pod watch: an RMD that stops answering is
+        # marked stale without waiting for the next periodic read.
+        "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 10, "failureThreshold": 2},
         "securityContext": {"privileged": True, "readOnlyRootFilesystem": False},
         "volumeMounts": [
             {"name": "sysfs", "mountPath": "/sys/fs"},
