@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import ssl
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -20,8 +22,10 @@ from intel_device_plugins.rmd.client import (
     RmdUnreachable,
     TlsConfigError,
     TlsMaterial,
+    TlsReloader,
     Transport,
     client_ssl_context,
+    expiry_warning,
 )
 from intel_device_plugins.sim.rmd import Acl, RmdState, serve_rmd, server_tls
 
@@ -236,3 +240,49 @@ def test_bad_material_is_an_error_not_a_fallback(ca: pki.Issued, tmp_path: Path)
     for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
         (tmp_path / name).write_bytes(data)
     assert client_ssl_context(TlsMaterial.from_dir(tmp_path)).minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def _write_material(directory: Path, ca: pki.Issued, client: pki.Issued) -> None:
+    for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
+        (directory / name).write_bytes(data)
+
+
+def test_expired_material_is_refused_at_start_naming_the_file(ca: pki.Issued, tmp_path: Path) -> None:
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=100)
+    expired = pki.new_client(ca, validity=dt.timedelta(days=30), now=long_ago)
+    _write_material(tmp_path, ca, expired)
+    with pytest.raises(TlsConfigError, match=rf"{tmp_path}/tls\.crt: expired on "):
+        client_ssl_context(TlsMaterial.from_dir(tmp_path))
+    old_ca = pki.new_ca(validity=dt.timedelta(days=30), now=long_ago)
+    _write_material(tmp_path, old_ca, pki.new_client(ca))
+    with pytest.raises(TlsConfigError, match=r"ca\.crt: every CA certificate has expired"):
+        client_ssl_context(TlsMaterial.from_dir(tmp_path))
+
+
+def test_certificates_are_short_lived_and_expiry_is_warned_ahead(ca: pki.Issued) -> None:
+    client = pki.new_client(ca)
+    material = TlsMaterial(ca.cert, client.cert, client.key, "secret/rmd-client")
+    now = dt.datetime.now(dt.UTC)
+    assert expiry_warning(material, now) == ""
+    warning = expiry_warning(material, now + pki.VALIDITY - dt.timedelta(days=3))
+    assert warning.startswith("secret/rmd-client/tls.crt expires on ") and "(2 days)" in warning
+    issued = x509.load_pem_x509_certificate(client.cert)
+    assert issued.not_valid_after_utc - issued.not_valid_before_utc <= dt.timedelta(days=90, minutes=5)
+
+
+def test_reloader_follows_the_secret_and_keeps_good_material(
+    ca: pki.Issued, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _write_material(tmp_path, ca, pki.new_client(ca))
+    reloader = TlsReloader.start(tmp_path)
+    context = reloader.context
+    assert reloader.check() is False  # nothing changed
+    renewed = pki.new_client(ca)
+    _write_material(tmp_path, ca, renewed)
+    assert reloader.check() is True and reloader.loaded.cert == renewed.cert
+    assert reloader.context is context  # loaded in place: every client using it presents the new one
+    (tmp_path / "tls.key").write_bytes(pki.new_client(ca).key)  # half-written update: not a pair
+    with caplog.at_level(logging.ERROR):
+        assert reloader.check() is False
+    assert "keeping the current client certificate" in caplog.text and "do not belong together" in caplog.text
+    assert reloader.loaded.cert == renewed.cert

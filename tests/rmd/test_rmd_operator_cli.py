@@ -20,14 +20,15 @@ def test_transport_needs_tls_material(tmp_path: Path) -> None:
     client = pki.new_client(ca, key_type="rsa")
     for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
         (tmp_path / name).write_bytes(data)
-    transport = build_transport(tmp_path, plain=False, timeout_s=3)
+    transport, reloader = build_transport(tmp_path, plain=False, timeout_s=3)
     assert transport.scheme == "https" and transport.timeout_s == 3
+    assert reloader is not None and transport.tls is reloader.context
 
 
 def test_plain_http_only_with_the_debug_flag(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        transport = build_transport(None, plain=True, timeout_s=1)
-    assert transport.scheme == "http" and "PLAIN HTTP" in caplog.text
+        transport, reloader = build_transport(None, plain=True, timeout_s=1)
+    assert transport.scheme == "http" and reloader is None and "PLAIN HTTP" in caplog.text
     assert parser().parse_args([]).insecure_plain_http is False
 
 

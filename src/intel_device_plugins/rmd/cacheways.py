@@ -43,9 +43,8 @@ from intel_device_plugins.rmd.agent import WORKLOAD_INFIX
 from intel_device_plugins.rmd.client import (
     RmdCallError,
     RmdClient,
-    TlsMaterial,
+    TlsReloader,
     Transport,
-    client_ssl_context,
 )
 
 log = logging.getLogger(__name__)
@@ -188,6 +187,7 @@ class CacheWaysPlugin:
     transport: Transport
     refresh_s: float = 10.0
     retry_s: float = 2.0
+    reloader: TlsReloader | None = None  # keeps the client certificate current with its Secret
     ways: Ways | None = None
     healthy: bool = False
     unavailable: frozenset[str] = frozenset()  # ways held by workloads the kubelet does not know
@@ -225,6 +225,8 @@ class CacheWaysPlugin:
         async with aiohttp.ClientSession() as session:
             rmd = RmdClient(session, self.transport, self.address)
             while True:
+                if self.reloader is not None:
+                    self.reloader.check()
                 await self.refresh(rmd)
                 await asyncio.sleep(self.refresh_s if self.healthy else self.retry_s)
 
@@ -246,13 +248,15 @@ def build_parser() -> PluginArgumentParser:
 
 
 def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
+    reloader = None
     if args.insecure_plain_http:
         transport = Transport(None, allow_plain_http=True)
     else:
-        transport = Transport(client_ssl_context(TlsMaterial.from_dir(Path(args.tls_dir))))
+        reloader = TlsReloader.start(Path(args.tls_dir))
+        transport = Transport(reloader.context)
     if not args.rmd_address.startswith("https://") and not args.insecure_plain_http:
         raise ValueError(f"-rmd-address {args.rmd_address}: RMD is reached over HTTPS only")
-    return [CacheWaysPlugin(args.rmd_address, transport, args.refresh)]
+    return [CacheWaysPlugin(args.rmd_address, transport, args.refresh, reloader=reloader)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

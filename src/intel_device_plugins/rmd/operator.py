@@ -44,9 +44,8 @@ from intel_device_plugins.rmd.client import (
     RmdClient,
     RmdUnreachable,
     TlsConfigError,
-    TlsMaterial,
+    TlsReloader,
     Transport,
-    client_ssl_context,
 )
 from intel_device_plugins.rmd.model import (
     CONFIG_NAME,
@@ -500,13 +499,26 @@ def _endpoint(text: str) -> tuple[str, str]:
     return node, url
 
 
-def build_transport(tls_dir: Path | None, plain: bool, timeout_s: float) -> Transport:
-    """mTLS from ``tls_dir`` (a mounted Secret); plain HTTP only with the explicit debug flag."""
+TLS_CHECK_S: Final = 60.0  # how often the mounted client Secret is compared with what is loaded
+
+
+def build_transport(
+    tls_dir: Path | None, plain: bool, timeout_s: float
+) -> tuple[Transport, TlsReloader | None]:
+    """mTLS from ``tls_dir`` (a mounted Secret, reloaded when it changes); plain HTTP only with the explicit
+    debug flag."""
     if plain:
-        return Transport(None, allow_plain_http=True, timeout_s=timeout_s)
+        return Transport(None, allow_plain_http=True, timeout_s=timeout_s), None
     if tls_dir is None:
         raise TlsConfigError("--tls-dir is required (RMD is reached over mutual TLS)")
-    return Transport(client_ssl_context(TlsMaterial.from_dir(tls_dir)), timeout_s=timeout_s)
+    reloader = TlsReloader.start(tls_dir)
+    return Transport(reloader.context, timeout_s=timeout_s), reloader
+
+
+async def _keep_tls_current(reloader: TlsReloader) -> None:
+    while True:
+        await asyncio.sleep(TLS_CHECK_S)
+        reloader.check()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -537,7 +549,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def amain(args: argparse.Namespace) -> int:
-    transport = build_transport(args.tls_dir, args.insecure_plain_http, args.rmd_timeout)
+    transport, reloader = build_transport(args.tls_dir, args.insecure_plain_http, args.rmd_timeout)
+    tls_task = asyncio.create_task(_keep_tls_current(reloader)) if reloader is not None else None
+    try:
+        return await _run(args, transport)
+    finally:
+        if tls_task is not None:
+            tls_task.cancel()
+
+
+async def _run(args: argparse.Namespace, transport: Transport) -> int:
     cfg = OperatorConfig(
         namespace=args.namespace,
         transport=transport,
