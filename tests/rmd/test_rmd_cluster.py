@@ -42,6 +42,7 @@ from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
 from k8stest.process import ManagedProcess, free_port, port_is_listening
+from tests.rmd.test_rmd_model import CORE_IDS_REFUSED
 
 pytestmark = pytest.mark.k8s
 
@@ -287,6 +288,14 @@ def test_schema_rejects_what_upstream_accepted(setup: Setup) -> None:
     assert "RmdConfig is a singleton: metadata.name must be rmdconfig" in out.stderr
     for path in sorted(SAMPLES.glob("rmdworkload-*.yaml")):
         setup.kubectl("apply", "--dry-run=server", "-n", ns, "-f", str(path))
+    # The CRD and the operator share one rule for CPU lists (tests/rmd/test_rmd_model.py).
+    for value in CORE_IDS_REFUSED:
+        bad = _load("rmdworkload-guaranteed-cache.yaml")
+        bad["spec"]["coreIds"] = [value]
+        out = setup.kubectl(
+            "apply", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(bad), check=False
+        )
+        assert out.returncode != 0 and "spec.coreIds[0]" in out.stderr, (value, out.stderr)
 
 
 def test_config_deploys_rmd_and_node_states(setup: Setup) -> None:

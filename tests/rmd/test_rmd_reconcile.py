@@ -26,6 +26,7 @@ from intel_device_plugins.rmd.reconcile import (
     cleanup_done,
     needs_reconcile,
     node_state_status,
+    nodes_holding,
     orphans,
     plan_config,
     plan_workload,
@@ -355,3 +356,12 @@ def test_a_changed_mba_is_patched_in_place() -> None:
 def test_policy_workload_is_left_alone_once_enforced() -> None:
     act, held = _converge(RmdState(), _spec(nodes=["n1"], policy="gold", rdt=None))
     assert act is Act.KEEP and held["rdt"]["cache"] == {"max": 4, "min": 4}
+
+
+def test_nodes_holding_a_workload_come_from_the_node_states() -> None:
+    rmd = RmdState()
+    rmd.create(build_payload(_spec(), "ns/x"))
+    held = {"spec": {"node": "n1"}, "status": node_state_status(None, rmd.list_workloads(), "", "T")}
+    empty = {"spec": {"node": "n2"}, "status": node_state_status(None, [], "", "T")}
+    assert nodes_holding("ns/x", [held, empty, {"spec": {"node": "n3"}}]) == {"n1"}
+    assert nodes_holding("ns/y", [held, empty]) == frozenset()

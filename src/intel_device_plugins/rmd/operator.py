@@ -452,17 +452,18 @@ class RmdOperator:
         rmd_nodes = [n for n in nodes if rc.selects(selector, n.labels)]
         wanted, missing = rc.targets(spec, nodes, frozenset(n.name for n in rmd_nodes)) if spec else ((), ())
         want_cpus = spec is not None and spec.all_cores
-        pods = await self._rmd_pods(rmd_nodes)
+        previous = status.get("workloadStates") or {}
+        # Only the RMDs that should or may hold it are read: targets, where the status placed it, and where
+        # the node states (every RMD's list) last saw it. Reading every RMD per workload was the idle cost.
+        relevant = {*wanted, *previous, *rc.nodes_holding(uuid, self.node_states.values())}
+        read = [n for n in rmd_nodes if n.name in relevant]
+        pods = await self._rmd_pods(read)
         fetched = await asyncio.gather(
-            *(
-                self._view(n, addresses.get(n.name, []), want_cpus and n.name in wanted, pods)
-                for n in rmd_nodes
-            )
+            *(self._view(n, addresses.get(n.name, []), want_cpus and n.name in wanted, pods) for n in read)
         )
         views = [v for v, _ in fetched]
         clients = {v.node: c for v, c in fetched}
         actions = rc.plan_workload(spec, uuid, wanted, views)
-        previous = status.get("workloadStates") or {}
         results = await asyncio.gather(*(self._execute(a, clients.get(a.node), previous) for a in actions))
         failed = [r.node for r in results if r.response.startswith("Fail")]
         if deleting:

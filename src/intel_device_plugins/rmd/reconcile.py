@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from intel_device_plugins.rmd import images
@@ -357,6 +357,15 @@ def orphans(workloads: Sequence[Mapping[str, Any]], live: frozenset[tuple[str, s
         if key is not None and key not in live and w.get("origin", "REST") == "REST" and str(w.get("id", "")):
             out.append(str(w["id"]))
     return tuple(out)
+
+
+def nodes_holding(uuid: str, node_states: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Nodes whose RmdNodeState (its last read of RMD, stale or not) lists workload ``uuid``."""
+    return frozenset(
+        str((s.get("spec") or {}).get("node"))
+        for s in node_states
+        if uuid in ((s.get("status") or {}).get("workloads") or {})
+    )
 
 
 def needs_reconcile(
