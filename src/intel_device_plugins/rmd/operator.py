@@ -3,10 +3,11 @@
 Watches (lightkube, reconnecting) only queue keys; workers reconcile each key from the current state of the
 cluster and of RMD (level-based), using the pure plans of ``reconcile.py``, so a repeat changes nothing.
 Every key is also re-queued periodically: RmdWorkloads every ``workload_resync_s`` (RMD may have lost a
-workload), RmdNodeStates every ``node_state_period_s`` (60 s: reading every RMD is the operator's main idle
-cost) and every ``retry_s`` while their RMD cannot be read. A change of an RMD pod (the kubelet finding it
-unready, a restarted container) queues its node at once, so staleness and restarts show without polling
-faster. One replica reconciles at a time (a Lease).
+workload), RmdNodeStates every ``node_state_period_s`` (300 s: reading every RMD is the operator's main
+idle cost) and every ``retry_s`` while their RMD cannot be read. A node state is read again at once when a
+workload changed its RMD, and when its RMD pod changes (the kubelet finding it unready, a restarted
+container), so changes, staleness and restarts show without polling. One replica reconciles at a time (a
+Lease).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class OperatorConfig:
     endpoints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # node → RMD URL override
     workers: int = 4
     workload_resync_s: float = 60.0
-    node_state_period_s: float = 60.0
+    node_state_period_s: float = 300.0
     config_resync_s: float = 30.0
     retry_s: float = 5.0
     cleanup_grace_s: float = 120.0
@@ -465,6 +466,9 @@ class RmdOperator:
         clients = {v.node: c for v, c in fetched}
         actions = rc.plan_workload(spec, uuid, wanted, views)
         results = await asyncio.gather(*(self._execute(a, clients.get(a.node), previous) for a in actions))
+        for a in actions:
+            if a.act in rc.CHANGES_RMD:
+                self.queue.add(("node", a.node))  # its node state shows the change now, not a period later
         failed = [r.node for r in results if r.response.startswith("Fail")]
         if deleting:
             failed_deletes = [
@@ -537,7 +541,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rmd-endpoint", type=_endpoint, action="append", default=[], metavar="NODE=URL")
     p.add_argument("--rmd-timeout", type=float, default=10.0)
     p.add_argument("--workload-resync", type=float, default=60.0)
-    p.add_argument("--node-state-period", type=float, default=60.0, help="seconds between reads of each RMD")
+    p.add_argument(
+        "--node-state-period", type=float, default=300.0, help="seconds between reads of each RMD when idle"
+    )
     p.add_argument("--cleanup-grace", type=float, default=120.0)
     p.add_argument("--no-leader-elect", action="store_true")
     p.add_argument(

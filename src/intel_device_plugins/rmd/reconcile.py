@@ -408,6 +408,9 @@ class Act(enum.Enum):
     GONE = "gone"  # not targeted and not on RMD: drop from status
 
 
+CHANGES_RMD: Final = frozenset({Act.CREATE, Act.UPDATE, Act.REPLACE, Act.DELETE})
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeView:
     """What one RMD node looked like: its workloads and CPUs, or why it could not be read."""
