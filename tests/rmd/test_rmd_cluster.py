@@ -215,8 +215,6 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         "intel_device_plugins.rmd.operator",
         "--tls-dir",
         str(client_dir),
-        "--node-state-period",
-        "1",
         "--workload-resync",
         "5",
         "--cleanup-grace",

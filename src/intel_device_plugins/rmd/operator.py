@@ -315,7 +315,8 @@ class RmdOperator:
             await self._set_status(RmdConfig, CONFIG_NAME, self.cfg.namespace, body, plan.status)
             await self._requeue_workloads()  # the set of RMD nodes changed: selectors may target others now
         for node in plan.status["nodes"]:
-            self.queue.add(("node", node))
+            if node not in self.node_states:  # known node states keep their own schedule
+                self.queue.add(("node", node))
         return self.cfg.config_resync_s
 
     async def _requeue_workloads(self) -> None:
@@ -467,8 +468,9 @@ class RmdOperator:
         actions = rc.plan_workload(spec, uuid, wanted, views)
         results = await asyncio.gather(*(self._execute(a, clients.get(a.node), previous) for a in actions))
         for a in actions:
-            if a.act in rc.CHANGES_RMD:
-                self.queue.add(("node", a.node))  # its node state shows the change now, not a period later
+            if a.act in rc.CHANGES_RMD or a.act is rc.Act.UNREACHABLE:
+                # Its node state shows the change, or that RMD is unreadable, now rather than a period later.
+                self.queue.add(("node", a.node))
         failed = [r.node for r in results if r.response.startswith("Fail")]
         if deleting:
             failed_deletes = [
