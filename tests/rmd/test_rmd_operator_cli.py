@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 from pathlib import Path
 
 import pytest
 
 from intel_device_plugins.rmd import images, pki
-from intel_device_plugins.rmd.client import TlsConfigError
-from intel_device_plugins.rmd.operator import _endpoint, build_transport, main, parser
+from intel_device_plugins.rmd.client import TlsConfigError, Transport
+from intel_device_plugins.rmd.operator import (
+    OperatorConfig,
+    RmdOperator,
+    _endpoint,
+    build_transport,
+    main,
+    parser,
+)
 
 
 def test_transport_needs_tls_material(tmp_path: Path) -> None:
@@ -51,3 +59,26 @@ def test_endpoint_overrides() -> None:
     for bad in ("n1", "=https://x", "n1=ftp://x"):
         with pytest.raises(argparse.ArgumentTypeError, match="NODE=https://HOST:PORT"):
             _endpoint(bad)
+
+
+async def test_one_periodic_reconcile_per_key() -> None:
+    """A reconcile caused by an event reschedules the periodic one instead of starting a second chain."""
+    transport = Transport(None, allow_plain_http=True)
+    operator = RmdOperator(None, None, OperatorConfig(namespace="ns", transport=transport))  # type: ignore[arg-type]
+    key = ("node", "n1")
+    delivered = []
+
+    async def drain() -> None:
+        while True:
+            got = await operator.queue.get()
+            delivered.append(got)
+            operator.queue.done(got)
+
+    consumer = asyncio.create_task(drain())
+    operator.look_again(key, 0.1)  # the periodic read
+    await asyncio.sleep(0.05)
+    operator.look_again(key, 0.1)  # an event-driven read happened meanwhile and scheduled the next one
+    operator.look_again(("node", "n2"), None)
+    await asyncio.sleep(0.3)
+    consumer.cancel()
+    assert delivered == [key]

@@ -112,10 +112,13 @@ class RmdOperator:
         self.session = session
         self.cfg = cfg
         self.queue: WorkQueue[Key] = WorkQueue()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}  # the next periodic reconcile of each key
         self.reconciled = 0
         # Status of every RmdWorkload, kept from the watch: node-state reconciles read it instead of listing.
         self.workload_status: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.node_labels: dict[str, Mapping[str, str]] = {}
+        # Every node as the watch last showed it: reconciles read nodes here instead of listing them.
+        self.node_cache: dict[str, tuple[rc.NodeInfo, list[str]]] = {}
         self.node_states: dict[
             str, Mapping[str, Any]
         ] = {}  # latest RmdNodeState per node, from the watch  # heartbeats change nodes; only labels matter
@@ -179,6 +182,11 @@ class RmdOperator:
         meta = body.get("metadata") or {}
         name, labels = str(meta.get("name")), dict(meta.get("labels") or {})
         if event == "DELETED":
+            self.node_cache.pop(name, None)
+        else:
+            addresses = [str(a.get("address")) for a in (body.get("status") or {}).get("addresses") or ()]
+            self.node_cache[name] = (rc.NodeInfo(name, labels, str(meta.get("uid") or "")), addresses)
+        if event == "DELETED":
             self.node_labels.pop(name, None)
         elif self.node_labels.get(name) == labels:
             return
@@ -204,8 +212,24 @@ class RmdOperator:
                 log.warning("reconcile %s failed: %s", "/".join(key), exc)
             self.reconciled += 1
             retry = self.queue.done(key, failed=failed)
-            if not failed and delay is not None and retry is None:
-                self.queue.add_after(key, delay)
+            if not failed and retry is None:
+                self.look_again(key, delay)
+
+    def look_again(self, key: Key, delay: float | None) -> None:
+        """Schedule the next periodic reconcile of ``key`` (None: none), replacing any scheduled one.
+
+        One timer per key: a reconcile caused by an event must not start a second periodic chain beside the
+        first, or every event would add reads that repeat forever.
+        """
+        previous = self._timers.pop(key, None)
+        if previous is not None:
+            previous.cancel()
+        if delay is not None:
+            self._timers[key] = asyncio.get_running_loop().call_later(delay, self._due, key)
+
+    def _due(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.queue.add(key)
 
     async def reconcile(self, key: Key) -> float | None:
         """Reconcile one key; returns when to look again (None: only on change)."""
@@ -227,6 +251,10 @@ class RmdOperator:
         return body, parse(RmdConfigSpec, body.get("spec"))
 
     async def _nodes(self) -> tuple[list[rc.NodeInfo], dict[str, list[str]]]:
+        """Every node and its addresses: from the watch once it has shown any, else listed (start-up)."""
+        if self.node_cache:
+            cached = sorted(self.node_cache.values(), key=lambda c: c[0].name)
+            return [info for info, _ in cached], {info.name: addrs for info, addrs in cached}
         infos, addresses = [], {}
         async for node in self.client.list(Node):
             meta = node.metadata
@@ -284,10 +312,13 @@ class RmdOperator:
         meta = body["metadata"]
         owner = {"name": meta["name"], "uid": meta["uid"]}
         nodes, _ = await self._nodes()
-        states = [
-            _plain(s)["metadata"]["name"]
-            async for s in self.client.list(RmdNodeState, namespace=self.cfg.namespace)
-        ]
+        if self.node_states:  # the watch's copy; listed only until it has shown one
+            states = [str((b.get("metadata") or {}).get("name")) for b in self.node_states.values()]
+        else:
+            states = [
+                _plain(s)["metadata"]["name"]
+                async for s in self.client.list(RmdNodeState, namespace=self.cfg.namespace)
+            ]
         plan = rc.plan_config(spec, owner, self.cfg.namespace, nodes, states, self.cfg.node_image)
         for ds in plan.daemonsets:
             await self.client.patch(
@@ -341,7 +372,9 @@ class RmdOperator:
         node = rc.NodeInfo(node_name, {})
         addresses: list[str] = []
         pods = await self._rmd_pods([node])
-        if pods:  # only needed to find the RMD pod by host IP
+        if pods and node_name in self.node_cache:  # only needed to find the RMD pod by host IP
+            addresses = self.node_cache[node_name][1]
+        elif pods:
             with contextlib.suppress(Exception):
                 found = await self.client.get(Node, node_name)
                 addresses = [a.address for a in (found.status.addresses if found.status else None) or []]
