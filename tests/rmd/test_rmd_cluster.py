@@ -286,6 +286,12 @@ def test_schema_rejects_what_upstream_accepted(setup: Setup) -> None:
     assert "RmdConfig is a singleton: metadata.name must be rmdconfig" in out.stderr
     for path in sorted(SAMPLES.glob("rmdworkload-*.yaml")):
         setup.kubectl("apply", "--dry-run=server", "-n", ns, "-f", str(path))
+    no_cache = _load("rmdworkload-guaranteed-cache-mba.yaml")
+    del no_cache["spec"]["rdt"]["cache"]
+    out = setup.kubectl(
+        "apply", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(no_cache), check=False
+    )
+    assert out.returncode != 0 and "rdt.mba needs rdt.cache" in out.stderr, out.stderr
     # The CRD and the operator share one rule for CPU lists (tests/rmd/test_rmd_model.py).
     for value in CORE_IDS_REFUSED:
         bad = _load("rmdworkload-guaranteed-cache.yaml")

@@ -102,6 +102,7 @@ def test_valid_workload_parses_to_typed_values() -> None:
         (_workload(allCores=True), "spec", "exactly one of coreIds and allCores"),
         (_workload(reservedCoreIds=["0"]), "spec", "only meaningful with allCores"),
         (_workload(rdt=None), "spec", "nothing to enforce"),
+        (_workload(rdt={"mba": {"percentage": 50}}), "spec", "rdt.mba needs rdt.cache"),
         (_workload(cache={"max": 2, "min": 2}), "spec", "spec.cache is the stale v0.1 layout"),
         (_workload(pstate={"ratio": "3.0"}), "spec", "spec.pstate is the stale v0.1 layout"),
         (_workload(plugins={"pstate": {"ratio": "fast"}}), "spec.plugins.pstate.ratio", "does not match"),

@@ -82,3 +82,15 @@ async def test_one_periodic_reconcile_per_key() -> None:
     await asyncio.sleep(0.3)
     consumer.cancel()
     assert delivered == [key]
+
+
+async def test_changes_bring_the_next_read_forward_once() -> None:
+    transport = Transport(None, allow_plain_http=True)
+    operator = RmdOperator(None, None, OperatorConfig(namespace="ns", transport=transport))  # type: ignore[arg-type]
+    key = ("node", "n1")
+    operator.look_again(key, 300)
+    operator.look_again_soon(key, 0.05)  # a change: the periodic read comes forward
+    first = operator._timers[key]
+    operator.look_again_soon(key, 0.05)  # more changes before it: the same read covers them
+    assert operator._timers[key] is first
+    assert await asyncio.wait_for(operator.queue.get(), 1) == key

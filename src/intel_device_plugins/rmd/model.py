@@ -199,6 +199,12 @@ class RmdWorkloadSpec(Model):
             lambda s: not s.reserved_core_ids or s.all_cores,
         ),
         Rule(
+            "!has(self.rdt) || !has(self.rdt.mba) || has(self.rdt.cache) || "
+            "(has(self.policy) && size(self.policy) > 0)",
+            "rdt.mba needs rdt.cache (RMD refuses memory bandwidth without a cache request)",
+            lambda s: s.rdt is None or s.rdt.mba is None or s.rdt.cache is not None or bool(s.policy),
+        ),
+        Rule(
             "has(self.policy) || (has(self.rdt) && (has(self.rdt.cache) || has(self.rdt.mba))) || "
             "(has(self.plugins) && has(self.plugins.pstate))",
             "nothing to enforce: set policy, rdt.cache, rdt.mba or plugins.pstate",

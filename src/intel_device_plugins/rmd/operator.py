@@ -82,6 +82,7 @@ class OperatorConfig:
     workload_resync_s: float = 60.0
     node_state_period_s: float = 300.0
     config_resync_s: float = 30.0
+    node_state_settle_s: float = 5.0  # a node state is read this long after a workload changed its RMD
     retry_s: float = 5.0
     cleanup_grace_s: float = 120.0
     node_image: str = dataclasses.field(default_factory=images.default_node_image)  # agent and plugin
@@ -226,6 +227,12 @@ class RmdOperator:
             previous.cancel()
         if delay is not None:
             self._timers[key] = asyncio.get_running_loop().call_later(delay, self._due, key)
+
+    def look_again_soon(self, key: Key, delay: float) -> None:
+        """Reconcile ``key`` within ``delay``: keeps a timer already due by then, else brings it forward."""
+        timer = self._timers.get(key)
+        if timer is None or timer.when() > asyncio.get_running_loop().time() + delay:
+            self.look_again(key, delay)
 
     def _due(self, key: Key) -> None:
         self._timers.pop(key, None)
@@ -502,8 +509,9 @@ class RmdOperator:
         results = await asyncio.gather(*(self._execute(a, clients.get(a.node), previous) for a in actions))
         for a in actions:
             if a.act in rc.CHANGES_RMD or a.act is rc.Act.UNREACHABLE:
-                # Its node state shows the change, or that RMD is unreadable, now rather than a period later.
-                self.queue.add(("node", a.node))
+                # Its node state shows the change, or that RMD is unreadable, seconds later rather than a
+                # period later; a burst of changes is read once.
+                self.look_again_soon(("node", a.node), self.cfg.node_state_settle_s)
         failed = [r.node for r in results if r.response.startswith("Fail")]
         if deleting:
             failed_deletes = [
