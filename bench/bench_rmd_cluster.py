@@ -13,8 +13,8 @@ ServiceAccount tokens and default periods. Then:
   time from the pod create to its RmdWorkload reading ``1/1`` (includes kwok marking the pod Running).
 - ``footprint``: RSS (VmRSS, VmHWM) of the operator and the agent, and their CPU use over ``--idle`` seconds
   of idling with ``--nodes`` RMDs to poll; floor: a Python process that only imports the operator. The idle
-  CPU is measured twice in the same run: first with ``--node-state-period`` ``--before-period`` (the
-  earlier default), then with the operator restarted on its defaults. Baseline, same windows: the device
+  CPU is measured twice in the same run: first with the earlier periods (``--node-state-period 10
+  --workload-resync 60``), then with the operator restarted on its defaults. Baseline, same windows: the device
   plugins operator (``deploy/operator/self-signed``, run the same way) with the GPU sample CR over the same
   nodes, idling beside it.
 
@@ -65,6 +65,7 @@ from k8stest.process import ManagedProcess
 ROOT = Path(__file__).resolve().parents[1]
 NS = "intel-rmd"
 API = "/apis/intel.com/v1alpha1"
+EARLIER_PERIODS = ("--node-state-period", "10", "--workload-resync", "60")  # the defaults until 2026-11-25
 
 
 def pct(values: list[float], q: float) -> float:
@@ -226,9 +227,6 @@ def main() -> int:
     parser.add_argument("--workloads", type=int, default=20)
     parser.add_argument("--pods", type=int, default=10)
     parser.add_argument("--idle", type=float, default=60.0)
-    parser.add_argument(
-        "--before-period", type=float, default=10.0, help="node-state period of the first idle window"
-    )
     args = parser.parse_args()
     bins, reason = find_binaries()
     if bins is None:
@@ -301,7 +299,7 @@ def main() -> int:
         operator_env = {**env, "KUBECONFIG": str(cp.service_account_kubeconfig(NS, "intel-rmd-operator"))}
         operator = ManagedProcess(
             "operator",
-            [*operator_argv, "--node-state-period", str(args.before_period)],
+            [*operator_argv, *EARLIER_PERIODS],
             work / "operator.log",
             env=operator_env,
         )
@@ -367,7 +365,7 @@ def main() -> int:
             print(json.dumps(results), flush=True)
             time.sleep(15)  # let the last reconciles settle before measuring idle
             dp_operator = next(o for o in baseline.operators if o.proc.alive()).proc
-            results.update(idle(args.idle, f"period_{args.before_period:g}s", operator, agent, dp_operator))
+            results.update(idle(args.idle, "earlier_periods", operator, agent, dp_operator))
             operator.stop()  # the same identity takes its Lease back at once
             operator = ManagedProcess(
                 "operator", operator_argv, work / "operator-defaults.log", env=operator_env

@@ -2,12 +2,12 @@
 
 Watches (lightkube, reconnecting) only queue keys; workers reconcile each key from the current state of the
 cluster and of RMD (level-based), using the pure plans of ``reconcile.py``, so a repeat changes nothing.
-Every key is also re-queued periodically: RmdWorkloads every ``workload_resync_s`` (RMD may have lost a
-workload), RmdNodeStates every ``node_state_period_s`` (300 s: reading every RMD is the operator's main
-idle cost) and every ``retry_s`` while their RMD cannot be read. A node state is read again at once when a
-workload changed its RMD, and when its RMD pod changes (the kubelet finding it unready, a restarted
-container), so changes, staleness and restarts show without polling. One replica reconciles at a time (a
-Lease).
+Reads of RMD are the operator's main idle cost, so they follow events: a node state is read a few seconds
+after a workload changed its RMD or found it unreadable, and when its RMD pod changes (the kubelet finding
+it unready, a restarted container); a workload is reconciled when its node state shows RMD lost it. The
+periodic re-queues are a safety net: RmdWorkloads every ``workload_resync_s``, RmdNodeStates every
+``node_state_period_s`` (both 300 s), every ``retry_s`` while RMD cannot be read. One timer per key. One
+replica reconciles at a time (a Lease).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class OperatorConfig:
     transport: Transport
     endpoints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # node → RMD URL override
     workers: int = 4
-    workload_resync_s: float = 60.0
+    workload_resync_s: float = 300.0
     node_state_period_s: float = 300.0
     config_resync_s: float = 30.0
     node_state_settle_s: float = 5.0  # a node state is read this long after a workload changed its RMD
@@ -583,7 +583,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rmd-endpoint", type=_endpoint, action="append", default=[], metavar="NODE=URL")
     p.add_argument("--rmd-timeout", type=float, default=10.0)
-    p.add_argument("--workload-resync", type=float, default=60.0)
+    p.add_argument(
+        "--workload-resync",
+        type=float,
+        default=300.0,
+        help="seconds between checks of each enforced workload",
+    )
     p.add_argument(
         "--node-state-period", type=float, default=300.0, help="seconds between reads of each RMD when idle"
     )
