@@ -14,9 +14,9 @@ ServiceAccount tokens and default periods. Then:
 - ``footprint``: RSS (VmRSS, VmHWM) of the operator and the agent, and their CPU use over ``--idle`` seconds
   of idling with ``--nodes`` RMDs to poll; floor: a Python process that only imports the operator. The idle
   CPU is measured twice in the same run: first with the earlier periods (``--node-state-period 10
-  --workload-resync 60``), then with the operator restarted on its defaults. Baseline, same windows: the device
-  plugins operator (``deploy/operator/self-signed``, run the same way) with the GPU sample CR over the same
-  nodes, idling beside it.
+  --workload-resync 60``), then with the operator restarted on its defaults. Baseline, same windows: the
+  device plugins operator (``deploy/operator/self-signed``, run the same way) with the GPU sample CR over the
+  same nodes, idling beside it.
 
 Each RMD is the simulator started as the operator's ``rmd`` DaemonSet runs RMD: its arguments, the shipped
 ``intel-rmd-config`` and the Secrets laid out as the pod would mount them (signature ACL, client certificate
