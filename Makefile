@@ -40,8 +40,8 @@ images: venv
 helm-bin:
 	tools/helm/build.sh >/dev/null
 
-# The real node's kubelet (same release, shares Go's build cache with k8s-bins) plus containerd,
-# runc and CNI plugins from the distribution (installed by the script when run as root).
+# The real node's kubelet (same release, shares Go's build cache with k8s-bins) and containerd 2
+# from Go modules, plus runc and CNI plugins from the distribution (installed when run as root).
 node-bins: k8s-bins
 	test/node/build.sh >/dev/null
 

@@ -8,6 +8,7 @@ Usage (from the repository root, as root, after test/k8s/build.sh and test/node/
     .venv/bin/python bench/bench_real_node.py start --runs 3
     .venv/bin/python bench/bench_real_node.py gpu --runs 10     # needs `make images`
     .venv/bin/python bench/bench_real_node.py operator --runs 10  # the operator as a pod; `make images`
+    .venv/bin/python bench/bench_real_node.py cdi --runs 10       # pods with and without CDI; `make images`
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ from k8stest.node import (
     workload_pod,
     write_test_images,
 )
-from k8stest.node_fixtures import NODE_PROFILE
-from k8stest.node_plugins import PLUGIN_NAMESPACE, node_image_archive, registrations, sample_daemonset
+from k8stest.node.fixtures import NODE_PROFILE
+from k8stest.node.plugins import PLUGIN_NAMESPACE, node_image_archive, registrations, sample_daemonset
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "test" / "node" / "build.sh"
@@ -184,7 +185,7 @@ def bench_gpu(runs: int, restarts: int = 5) -> dict[str, Any]:
     node; between runs the DaemonSet is deleted and allocatable falls to 0. Then ``restarts``
     kubelet restarts with the plugin running: restart → the plugin's registration → allocatable;
     and as many hot-plugs and unplugs of a card: files written → allocatable follows."""
-    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
+    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node.fixtures.NODE_PROFILE
     archive = node_image_archive()
     if archive is None:
         raise SystemExit("no node image archive: run `make images`")
@@ -313,9 +314,9 @@ def bench_operator(runs: int, rolls: int = 3) -> dict[str, Any]:
     directly (no operator). Then ``rolls`` image tag changes of the applied sample: patch → new plugin
     pod Ready with allocatable back, and how long allocatable was below its count.
     """
-    from k8stest.node_operator import install_operator, roll_plugin_image
+    from k8stest.node.operator import install_operator, roll_plugin_image
 
-    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node_fixtures.NODE_PROFILE
+    i915, i915_cards = "gpu.intel.com/i915", 2  # k8stest.node.fixtures.NODE_PROFILE
     to_allocatable: list[float] = []
     direct_to_allocatable: list[float] = []
     gpu_pod_running: list[float] = []
@@ -405,6 +406,45 @@ def bench_operator(runs: int, rolls: int = 3) -> dict[str, Any]:
     }
 
 
+def bench_cdi(runs: int) -> dict[str, Any]:
+    """Pod created → Running on one node with the GPU sample's DaemonSet, three kinds of pod in turn,
+    ``runs`` each: one i915 (the plugin answers device specs and a CDI name, which containerd
+    resolves from the spec file), the monitoring resource (device specs only, no CDI name), and no
+    device at all. Interleaved, so load from other jobs hits all three alike."""
+    i915, monitoring = "gpu.intel.com/i915", "gpu.intel.com/monitoring"
+    archive = node_image_archive()
+    if archive is None:
+        raise SystemExit("no node image archive: run `make images`")
+    kinds: dict[str, dict[str, str] | None] = {
+        "i915_with_cdi": {i915: "1"},
+        "monitoring_no_cdi": {monitoring: "1"},
+    }
+    kinds["no_device"] = None
+    times: dict[str, list[float]] = {name: [] for name in kinds}
+    with _profile_node([archive]) as (_, _, client, node):
+        image = next(n for n in node.image_names() if "intel-device-plugins-node" in n)
+        spec, ds = sample_daemonset(DeviceKind("gpu"), image)
+        node_path = f"/api/v1/nodes/{node.name}"
+        client.merge_patch(node_path, {"metadata": {"labels": dict(spec["nodeSelector"])}})
+        client.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_NAMESPACE}},
+        )
+        client.create(f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets", ds)
+
+        def advertised() -> bool:
+            allocatable = client.get(node_path)["status"]["allocatable"]
+            return bool(allocatable.get(i915, "0") != "0" and allocatable.get(monitoring, "0") != "0")
+
+        wait_for(f"{i915} and {monitoring} allocatable", advertised, timeout=120)
+        for run in range(runs):
+            for name, limits in kinds.items():
+                pod = workload_pod(f"{name.replace('_', '-')}-{run}", node.name, "sleep 30", limits=limits)
+                pod["spec"]["terminationGracePeriodSeconds"] = 0
+                times[name].append(_running_seconds(client, pod))
+    return {"runs": runs, **{f"{name}_created_to_running_s": _summary(v) for name, v in times.items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -416,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     operator = sub.add_parser("operator")
     operator.add_argument("--runs", type=int, default=10)
     operator.add_argument("--rolls", type=int, default=3)
+    cdi = sub.add_parser("cdi")
+    cdi.add_argument("--runs", type=int, default=10)
     args = ap.parse_args(argv)
     if args.cmd == "build":
         result = bench_build()
@@ -423,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         result = bench_start(args.runs)
     elif args.cmd == "gpu":
         result = bench_gpu(args.runs)
+    elif args.cmd == "cdi":
+        result = bench_cdi(args.runs)
     else:
         result = bench_operator(args.runs, args.rolls)
     print(json.dumps(result, indent=2))

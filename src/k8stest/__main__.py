@@ -13,11 +13,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from k8stest import node_cli
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import start_control_plane
 from k8stest.devicemanager import DeviceManagerHarness
 from k8stest.kwok import create_kwok_nodes
+from k8stest.node import cli as node_cli
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ from k8stest.node import (
     workload_pod,
     write_test_images,
 )
-from k8stest.node_plugins import (
+from k8stest.node.plugins import (
     PLUGIN_NAMESPACE,
     create_plugin_identity,
     node_image_archive,

@@ -52,6 +52,14 @@ def apply_mounts(mounts: list[dict[str, str]]) -> None:
             os.makedirs(target, exist_ok=True)
         elif kind == "bind":
             _mount(m["source"], target, None, MS_BIND | MS_REC)
+        elif kind == "overlay":
+            _mount(
+                "overlay",
+                target,
+                "overlay",
+                0,
+                f"lowerdir={m['lower']},upperdir={m['upper']},workdir={m['work']}",
+            )
         else:
             raise ValueError(f"node plan: unknown mount kind {kind!r} for {target}")
 

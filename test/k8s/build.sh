@@ -26,7 +26,7 @@ log() { echo "[k8s-build] $*" >&2; }
 k8s_version="$(sed -n 's#^require k8s.io/kubernetes \(v[^ ]*\).*$#\1#p' go.mod)"
 [[ -n "$k8s_version" ]] || k8s_version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 go_version="$(go env GOVERSION)"
-src_hash="$( (cat go.mod go.sum build.sh; find harness -type f -name '*.go' | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-16)"
+src_hash="$( (cat go.mod go.sum build.sh version-stamp.sh; find harness -type f -name '*.go' | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-16)"
 key="k8s-${k8s_version}_kwok-${KWOK_VERSION}_${go_version}_${src_hash}"
 cache_root="${K8S_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/intel-device-plugins/k8s-bin}"
 out="${cache_root}/${key}"
@@ -54,16 +54,9 @@ nice_cmd=(nice -n "${K8S_BUILD_NICE:-10}")
 jobs="${BUILD_JOBS:-2}"
 want() { [[ -z "${K8S_BUILD_ONLY:-}" || " ${K8S_BUILD_ONLY} " == *" $1 "* ]]; }
 
-minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-# Stamp the version as upstream hack/lib/version.sh does: without it `--version` says
-# v0.0.0-master and tools that pick flags by version (kwokctl, kubectl skew checks) misbehave.
-# buildDate only affects the link step, so compiled packages stay cached.
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X ${pkg}.gitVersion=${k8s_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
-    ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${build_date}"
-done
+# shellcheck source=version-stamp.sh
+source "$here/version-stamp.sh"
+ldflags="$(k8s_version_ldflags "$k8s_version")"
 
 log "go mod download"
 go mod download

@@ -1,4 +1,4 @@
-"""The real-node fixtures (k8stest.node_fixtures) for this folder, and an admin client."""
+"""The real-node fixtures (k8stest.node.fixtures) for this folder, and an admin client."""
 
 from collections.abc import Iterator
 
@@ -6,8 +6,8 @@ import pytest
 
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient
-from k8stest.node_fixtures import node_binaries, node_control_plane, node_images, node_sim_root, real_node
-from k8stest.node_plugins import node_image
+from k8stest.node.fixtures import node_binaries, node_control_plane, node_images, node_sim_root, real_node
+from k8stest.node.plugins import node_image
 
 __all__ = [
     "client",

@@ -22,8 +22,8 @@ from k8stest.node import (
     renumber_char_links,
     workload_pod,
 )
-from k8stest.node_plugins import plugin_identity, sample_daemonset
-from k8stest.node_runtime import bundle_dir, with_node_sysfs
+from k8stest.node.plugins import plugin_identity, sample_daemonset
+from k8stest.node.runtime import bundle_dir, with_node_sysfs
 from k8stest.ociimage import (
     PAUSE_IMAGE,
     WORKLOAD_IMAGE,
@@ -218,6 +218,19 @@ def test_containerd_clamps_oom_scores_only_without_cap_sys_resource(tmp_path: Pa
     assert f'BinaryName = "{tmp_path / "runtime"}"' in clamped
 
 
+def test_containerd_2_reads_cdi_specs_from_the_standard_directories(tmp_path: Path) -> None:
+    text = containerd_configuration(
+        NodeConfig(),
+        NodeLayout(tmp_path, "/k8stest-x"),
+        cni_bin_dir=Path("/usr/lib/cni"),
+        pause_image=PAUSE_IMAGE,
+    )
+    assert text.startswith("version = 3\n")
+    assert 'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]' in text
+    assert f'sandbox = "{PAUSE_IMAGE}"' in text
+    assert 'bin_dirs = ["/usr/lib/cni"]' in text
+
+
 def test_cgroup_mounts_lists_only_cgroup_hierarchies() -> None:
     mountinfo = "\n".join(
         [
@@ -235,6 +248,7 @@ def test_kubelet_configuration_keeps_the_node_to_itself(tmp_path: Path) -> None:
         NodeConfig(), NodeLayout(tmp_path, "/k8stest-x"), ca_file=tmp_path / "ca.crt", port=1, healthz_port=2
     )
     assert doc["failCgroupV1"] is False
+    assert "cgroupDriver" not in doc  # containerd 2 reports its own through the CRI
     assert doc["cgroupRoot"] == "/k8stest-x"
     assert doc["address"] == NodeConfig().node_ip  # inside the node's own network namespace
     assert doc["healthzBindAddress"] == "127.0.0.1"

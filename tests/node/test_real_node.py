@@ -29,7 +29,7 @@ from k8stest.node import (
     start_real_node,
     workload_pod,
 )
-from k8stest.node_plugins import unschedulable_message
+from k8stest.node.plugins import unschedulable_message
 
 pytestmark = pytest.mark.k8s
 
@@ -76,7 +76,12 @@ def test_node_registers_ready_with_its_identity(real_node: RealNode, client: Kub
     node = client.get(f"/api/v1/nodes/{real_node.name}")
     info = node["status"]["nodeInfo"]
     assert info["kubeletVersion"] == "v1.36.3"
-    assert info["containerRuntimeVersion"].startswith("containerd://1.")
+    assert info["containerRuntimeVersion"].startswith("containerd://2."), info["containerRuntimeVersion"]
+    # containerd 2 answers the CRI RuntimeConfig call, so the kubelet's configuration names no driver.
+    kubelet_log = (real_node.layout.logs / "kubelet.log").read_text(errors="replace")
+    assert 'received from the CRI runtime" cgroupDriver="cgroupfs"' in kubelet_log, real_node.log_tail(
+        "kubelet"
+    )
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
     assert node["status"]["capacity"]["pods"] == "30"

@@ -2,7 +2,7 @@
 builds for the QatDevicePlugin, SgxDevicePlugin and DsaDevicePlugin samples run under containerd,
 register on the real kubelet, and pods asking for the resources get the simulated devices.
 
-The node's simulated hardware is ``k8stest.node_fixtures.NODE_PROFILE``: two QAT 4xxx PFs (one
+The node's simulated hardware is ``k8stest.node.fixtures.NODE_PROFILE``: two QAT 4xxx PFs (one
 ``sym;asym``, one ``dc``) with two VFs each bound to vfio-pci, SGX with 256 MiB of EPC, and one DSA
 whose work queue 0 is dedicated and queue 1 shared. The three DaemonSets are created together
 (their pods start in parallel) and deleted at the end of the module. ``sgx.intel.com/epc`` comes
@@ -22,7 +22,7 @@ from intel_device_plugins.plugins.sgx import epchook
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log, workload_pod
-from k8stest.node_plugins import (
+from k8stest.node.plugins import (
     PLUGIN_NAMESPACE,
     SamplePlugin,
     run_to_completion,

@@ -4,7 +4,7 @@ for one GPU gets the simulated card's device nodes. The plugin comes back after 
 and after its pod is deleted.
 
 The image comes from ``make images`` (OCI archives under ~/.cache/intel-device-plugins/images;
-``k8stest.node_plugins.node_image``); without it the tests fail under CI=true and skip elsewhere.
+``k8stest.node.plugins.node_image``); without it the tests fail under CI=true and skip elsewhere.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from intel_device_plugins.sim.fakefs import FakeTree
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.node import RealNode, workload_pod
-from k8stest.node_plugins import PLUGIN_NAMESPACE as NAMESPACE
-from k8stest.node_plugins import (
+from k8stest.node.plugins import PLUGIN_NAMESPACE as NAMESPACE
+from k8stest.node.plugins import (
     SamplePlugin,
     registrations,
     run_to_completion,
@@ -34,7 +34,7 @@ from k8stest.ociimage import qualified_reference
 pytestmark = pytest.mark.k8s
 
 I915 = "gpu.intel.com/i915"
-I915_CARDS = 2  # k8stest.node_fixtures.NODE_PROFILE
+I915_CARDS = 2  # k8stest.node.fixtures.NODE_PROFILE
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from intel_device_plugins.operator.images import OPERATOR_IMAGE_NAME, image
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log, workload_pod
-from k8stest.node_operator import NodeOperator, install_operator, live_pods, roll_plugin_image
-from k8stest.node_plugins import image_archive
+from k8stest.node.operator import NodeOperator, install_operator, live_pods, roll_plugin_image
+from k8stest.node.plugins import image_archive
 from k8stest.ociimage import qualified_reference
 from k8stest.operatorinstall import NS
 from k8stest.pytest_plugin import _unavailable
@@ -30,7 +30,7 @@ from k8stest.pytest_plugin import _unavailable
 pytestmark = pytest.mark.k8s
 
 I915 = "gpu.intel.com/i915"
-I915_CARDS = 2  # k8stest.node_fixtures.NODE_PROFILE
+I915_CARDS = 2  # k8stest.node.fixtures.NODE_PROFILE
 GPU_CRS = "/apis/deviceplugin.intel.com/v1/gpudeviceplugins"
 SAMPLE = "gpudeviceplugin-sample"
 PLUGIN_PODS = f"/api/v1/namespaces/{NS}/pods?labelSelector=app%3Dintel-gpu-plugin"

@@ -1,14 +1,17 @@
 """The RMD operator on the real control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok nodes).
 
-Set-up, once for the module: ``kubectl apply -k deploy/rmd/default`` (CRDs, namespace, RBAC, Deployment),
-the TLS Secrets from ``intel-rmd-certs``' functions, and kwok nodes labelled for RDT. The operator's
-Deployment is scaled to 0 and the operator runs here as a process with its ServiceAccount's token (so the
-shipped RBAC is all it has), the Deployment's flags, and one ``--rmd-endpoint`` per node pointing at a
-simulated RMD process speaking HTTPS with client certificates, as RMD pods on those nodes would.
+Set-up, once for the module, as docs/rmd.md tells users to install: ``kubectl apply -k deploy/rmd/default``
+(CRDs, namespace, RBAC, Deployment, RMD's configuration), the Secrets ``intel-rmd-certs`` prints, kwok nodes
+labelled for RDT and the sample RmdConfig. The operator's Deployment is scaled to 0 and the operator runs
+here as a process with its ServiceAccount's token (so the shipped RBAC is all it has), the Deployment's
+flags, its client certificate read from the Secret, and one ``--rmd-endpoint`` per node. Each node's RMD is
+the simulator started from the ``rmd`` DaemonSet the operator created: its command's arguments, with the
+ConfigMap and Secrets it mounts laid out in a directory of its own, so RMD's ACL is the shipped one.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -28,12 +31,18 @@ import yaml
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
-from intel_device_plugins.rmd import pki
-from intel_device_plugins.rmd.reconcile import NFD_RDT_LABEL
+from intel_device_plugins.rmd.reconcile import (
+    NFD_RDT_LABEL,
+    RMD_CLIENT_SECRET,
+    RMD_CONFIG_MAP,
+    RMD_SERVER_SECRET,
+)
+from intel_device_plugins.sim.rmd import lay_out_container
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
 from k8stest.process import ManagedProcess, free_port, port_is_listening
+from tests.rmd.test_rmd_model import CORE_IDS_REFUSED
 
 pytestmark = pytest.mark.k8s
 
@@ -45,12 +54,15 @@ TIMEOUT = 30.0
 
 
 class Rmd:
-    """One simulated RMD process and a small synchronous client for the test's own look at it."""
+    """One simulated RMD process run as the DaemonSet's container, and a small client for the test's look."""
 
-    def __init__(self, node: str, certs: Path, client_dir: Path, logs: Path) -> None:
+    def __init__(
+        self, node: str, root: Path, arguments: list[str], client_dir: Path, logs: Path, port: int
+    ) -> None:
         self.node = node
-        self.certs = certs
-        self.port = free_port()
+        self.root = root
+        self.arguments = arguments
+        self.port = port
         self.logs = logs
         ctx = ssl.create_default_context(cafile=str(client_dir / "ca.crt"))
         ctx.load_cert_chain(str(client_dir / "tls.crt"), str(client_dir / "tls.key"))
@@ -64,14 +76,18 @@ class Rmd:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        # The container's own arguments; only where it listens differs (one port per node on this host).
         argv = [
             sys.executable,
             "-m",
             "intel_device_plugins.sim.rmd",
-            "--port",
+            "--root",
+            str(self.root),
+            *self.arguments,
+            "--address",
+            "127.0.0.1",
+            "--tlsport",
             str(self.port),
-            "--certs",
-            str(self.certs),
         ]
         self.proc = ManagedProcess(
             f"rmd-{self.node}", argv, self.logs / f"rmd-{self.node}.log", env=dict(os.environ)
@@ -133,25 +149,50 @@ class Setup:
         return self.admin.get(f"{API}/namespaces/{namespace}/rmdworkloads/{name}")
 
 
-def _tls(workdir: Path) -> tuple[Path, Path, dict[str, Any], dict[str, Any]]:
-    ca = pki.new_ca()
-    server = pki.new_server(ca)
-    client = pki.new_client(ca)
-    certs = workdir / "rmd-certs"
-    certs.mkdir(parents=True)
-    (certs / "ca.pem").write_bytes(ca.cert)
-    (certs / "rmd-cert.pem").write_bytes(server.cert)
-    (certs / "rmd-key.pem").write_bytes(server.key)
-    client_dir = workdir / "client-tls"
-    client_dir.mkdir()
-    for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
-        (client_dir / name).write_bytes(data)
-    return (
-        certs,
-        client_dir,
-        pki.secret("intel-rmd-server-tls", NS, ca, server),
-        pki.secret("intel-rmd-client-tls", NS, ca, client),
+def _install_secrets(setup: Setup) -> Path:
+    """``intel-rmd-certs --namespace intel-rmd | kubectl apply -f -``; returns the client Secret as the
+    operator's Deployment mounts it (``ca.crt``, ``tls.crt``, ``tls.key``)."""
+    certs = subprocess.run(
+        [str(Path(sys.executable).parent / "intel-rmd-certs"), "--namespace", NS],
+        capture_output=True,
+        text=True,
+        check=True,
     )
+    setup.kubectl("apply", "-f", "-", stdin=certs.stdout)
+    client_dir = setup.workdir / "client-tls"
+    client_dir.mkdir()
+    for key, data in _secret_data(setup, RMD_CLIENT_SECRET).items():
+        (client_dir / key).write_bytes(data)
+    return client_dir
+
+
+def _secret_data(setup: Setup, name: str) -> dict[str, bytes]:
+    secret = setup.admin.get(f"/api/v1/namespaces/{NS}/secrets/{name}")
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+def _rmd_pods(setup: Setup, client_dir: Path, ports: dict[str, int]) -> dict[str, Rmd]:
+    """One simulated RMD per node, run as the operator's ``rmd`` DaemonSet describes its container."""
+
+    def daemonset() -> JSON | None:
+        try:
+            return setup.admin.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/rmd")
+        except ApiError:
+            return None
+
+    pod = wait_for("the rmd DaemonSet", daemonset, timeout=TIMEOUT)["spec"]["template"]["spec"]
+    config = setup.admin.get(f"/api/v1/namespaces/{NS}/configmaps/{RMD_CONFIG_MAP}")
+    sources = {
+        ("configMap", RMD_CONFIG_MAP): {k: v.encode() for k, v in config["data"].items()},
+        ("secret", RMD_SERVER_SECRET): _secret_data(setup, RMD_SERVER_SECRET),
+        ("secret", RMD_CLIENT_SECRET): _secret_data(setup, RMD_CLIENT_SECRET),
+    }
+    rmds = {}
+    for node, port in ports.items():
+        root = setup.workdir / f"rmd-{node}"
+        arguments = lay_out_container(pod, "rmd", sources, root)
+        rmds[node] = Rmd(node, root, arguments, client_dir, setup.workdir, port)
+    return rmds
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +204,10 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
     probe.kubectl("apply", "-k", str(ROOT / "deploy" / "rmd" / "default"))
     probe.kubectl("wait", "--for=condition=Established", "crd/rmdworkloads.intel.com", "--timeout=60s")
     probe.kubectl("scale", "-n", NS, "deployment", "intel-rmd-operator", "--replicas=0")
-    certs, client_dir, server_secret, client_secret = _tls(workdir)
-    for secret in (server_secret, client_secret):
-        admin.apply_ok(f"/api/v1/namespaces/{NS}/secrets", secret)
+    client_dir = _install_secrets(probe)
     nodes = create_kwok_nodes(admin, 2, prefix="rmd-node-", labels={NFD_RDT_LABEL: "true"})
     nodes += create_kwok_nodes(admin, 1, prefix="plain-node-")
-    rmds = {n: Rmd(n, certs, client_dir, workdir) for n in nodes[:2]}
+    ports = {n: free_port() for n in nodes[:2]}
     sa_kubeconfig = cp.service_account_kubeconfig(NS, "intel-rmd-operator")
     argv = [
         sys.executable,
@@ -176,13 +215,11 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         "intel_device_plugins.rmd.operator",
         "--tls-dir",
         str(client_dir),
-        "--node-state-period",
-        "1",
         "--workload-resync",
         "5",
         "--cleanup-grace",
         "5",
-        *[f"--rmd-endpoint={n}={r.url}" for n, r in rmds.items()],
+        *[f"--rmd-endpoint={n}=https://127.0.0.1:{port}" for n, port in ports.items()],
     ]
     env = {
         **os.environ,
@@ -191,6 +228,8 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         "POD_NAME": "intel-rmd-operator-test",
     }
     operator = ManagedProcess("intel-rmd-operator", argv, workdir / "operator.log", env=env)
+    _config(probe)
+    rmds = _rmd_pods(probe, client_dir, ports)
     s = Setup(cp, admin, nodes, rmds, operator, workdir)
     try:
         yield s
@@ -247,6 +286,20 @@ def test_schema_rejects_what_upstream_accepted(setup: Setup) -> None:
     assert "RmdConfig is a singleton: metadata.name must be rmdconfig" in out.stderr
     for path in sorted(SAMPLES.glob("rmdworkload-*.yaml")):
         setup.kubectl("apply", "--dry-run=server", "-n", ns, "-f", str(path))
+    no_cache = _load("rmdworkload-guaranteed-cache-mba.yaml")
+    del no_cache["spec"]["rdt"]["cache"]
+    out = setup.kubectl(
+        "apply", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(no_cache), check=False
+    )
+    assert out.returncode != 0 and "rdt.mba needs rdt.cache" in out.stderr, out.stderr
+    # The CRD and the operator share one rule for CPU lists (tests/rmd/test_rmd_model.py).
+    for value in CORE_IDS_REFUSED:
+        bad = _load("rmdworkload-guaranteed-cache.yaml")
+        bad["spec"]["coreIds"] = [value]
+        out = setup.kubectl(
+            "apply", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(bad), check=False
+        )
+        assert out.returncode != 0 and "spec.coreIds[0]" in out.stderr, (value, out.stderr)
 
 
 def test_config_deploys_rmd_and_node_states(setup: Setup) -> None:

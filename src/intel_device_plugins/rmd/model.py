@@ -9,6 +9,7 @@ rule exists in exactly one place.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final
@@ -35,10 +36,20 @@ _STR: Final[JSONSchema] = {"type": "string", "maxLength": _MAX_STR}
 _NONNEG: Final[JSONSchema] = {"type": "integer", "minimum": 0}
 _BOOL: Final[JSONSchema] = {"type": "boolean"}
 _STR_MAP: Final[JSONSchema] = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 63}}
+# CPU lists are bounded tighter than other lists: the API server prices the ascending-range rule by
+# items times length squared, and 128 lists of 64 characters are what its budget allows.
 _CPUSET_LIST: Final[JSONSchema] = {
     "type": "array",
-    "maxItems": _MAX_LIST,
-    "items": {"type": "string", "maxLength": 4096, "pattern": cpuset.CPUSET_PATTERN},
+    "maxItems": 128,
+    "items": {
+        "type": "string",
+        "maxLength": 64,
+        "pattern": cpuset.CPUSET_PATTERN,
+        # The pattern cannot compare numbers; ``_cpuset_error`` is the same rule for the operator.
+        "x-kubernetes-validations": [
+            {"rule": cpuset.ASCENDING_RANGES_CEL, "message": cpuset.ASCENDING_MESSAGE}
+        ],
+    },
 }
 _NODE_LIST: Final[JSONSchema] = {"type": "array", "maxItems": _MAX_LIST, "items": _STR}
 _LEGACY: Final[JSONSchema] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -154,6 +165,12 @@ class RmdWorkloadSpec(Model):
             lambda s: not s.reserved_core_ids or s.all_cores,
         ),
         Rule(
+            "!has(self.rdt) || !has(self.rdt.mba) || has(self.rdt.cache) || "
+            "(has(self.policy) && size(self.policy) > 0)",
+            "rdt.mba needs rdt.cache (RMD refuses memory bandwidth without a cache request)",
+            lambda s: s.rdt is None or s.rdt.mba is None or s.rdt.cache is not None or bool(s.policy),
+        ),
+        Rule(
             "has(self.policy) || (has(self.rdt) && (has(self.rdt.cache) || has(self.rdt.mba))) || "
             "(has(self.plugins) && has(self.plugins.pstate))",
             "nothing to enforce: set policy, rdt.cache, rdt.mba or plugins.pstate",
@@ -244,10 +261,13 @@ class RmdConfigSpec(Model):
 
 
 def _cpuset_error(value: str) -> str | None:
+    """The CRD's rule for a CPU list (its pattern, then ranges in ascending order), as one check."""
+    if re.fullmatch(cpuset.CPUSET_PATTERN.strip("^$"), value) is None:
+        return f'"{value}" does not match {cpuset.CPUSET_PATTERN}'
     try:
         cpuset.parse(value)
-    except cpuset.CpusetError as exc:
-        return str(exc)
+    except cpuset.CpusetError:
+        return f'"{value}": {cpuset.ASCENDING_MESSAGE}'
     return None
 
 

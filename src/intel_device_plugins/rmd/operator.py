@@ -2,8 +2,12 @@
 
 Watches (lightkube, reconnecting) only queue keys; workers reconcile each key from the current state of the
 cluster and of RMD (level-based), using the pure plans of ``reconcile.py``, so a repeat changes nothing.
-Every key is also re-queued periodically: RmdWorkloads every ``workload_resync_s`` (RMD may have lost a
-workload), RmdNodeStates every ``node_state_period_s``. One replica reconciles at a time (a Lease).
+Reads of RMD are the operator's main idle cost, so they follow events: a node state is read a few seconds
+after a workload changed its RMD or found it unreadable, and when its RMD pod changes (the kubelet finding
+it unready, a restarted container); a workload is reconciled when its node state shows RMD lost it. The
+periodic re-queues are a safety net: RmdWorkloads every ``workload_resync_s``, RmdNodeStates every
+``node_state_period_s`` (both 300 s), every ``retry_s`` while RMD cannot be read. One timer per key. One
+replica reconciles at a time (a Lease).
 """
 
 from __future__ import annotations
@@ -43,9 +47,8 @@ from intel_device_plugins.rmd.client import (
     RmdClient,
     RmdUnreachable,
     TlsConfigError,
-    TlsMaterial,
+    TlsReloader,
     Transport,
-    client_ssl_context,
 )
 from intel_device_plugins.rmd.model import (
     CONFIG_NAME,
@@ -77,9 +80,10 @@ class OperatorConfig:
     transport: Transport
     endpoints: Mapping[str, str] = dataclasses.field(default_factory=dict)  # node → RMD URL override
     workers: int = 4
-    workload_resync_s: float = 60.0
-    node_state_period_s: float = 10.0
+    workload_resync_s: float = 300.0
+    node_state_period_s: float = 300.0
     config_resync_s: float = 30.0
+    node_state_settle_s: float = 5.0  # a node state is read this long after a workload changed its RMD
     retry_s: float = 5.0
     cleanup_grace_s: float = 120.0
     node_image: str = dataclasses.field(default_factory=images.default_node_image)  # agent and plugin
@@ -110,10 +114,13 @@ class RmdOperator:
         self.session = session
         self.cfg = cfg
         self.queue: WorkQueue[Key] = WorkQueue()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}  # the next periodic reconcile of each key
         self.reconciled = 0
         # Status of every RmdWorkload, kept from the watch: node-state reconciles read it instead of listing.
         self.workload_status: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.node_labels: dict[str, Mapping[str, str]] = {}
+        # Every node as the watch last showed it: reconciles read nodes here instead of listing them.
+        self.node_cache: dict[str, tuple[rc.NodeInfo, list[str]]] = {}
         self.node_states: dict[
             str, Mapping[str, Any]
         ] = {}  # latest RmdNodeState per node, from the watch  # heartbeats change nodes; only labels matter
@@ -122,7 +129,9 @@ class RmdOperator:
 
     async def run(self) -> None:
         tasks = [
-            asyncio.create_task(run_worker(self.queue, self._reconcile_counted, self._failed))
+            asyncio.create_task(
+                run_worker(self.queue, self._reconcile_counted, self._failed, self.look_again)
+            )
             for _ in range(self.cfg.workers)
         ]
         tasks += [
@@ -180,6 +189,11 @@ class RmdOperator:
         meta = body.get("metadata") or {}
         name, labels = str(meta.get("name")), dict(meta.get("labels") or {})
         if event == "DELETED":
+            self.node_cache.pop(name, None)
+        else:
+            addresses = [str(a.get("address")) for a in (body.get("status") or {}).get("addresses") or ()]
+            self.node_cache[name] = (rc.NodeInfo(name, labels, str(meta.get("uid") or "")), addresses)
+        if event == "DELETED":
             self.node_labels.pop(name, None)
         elif self.node_labels.get(name) == labels:
             return
@@ -203,6 +217,28 @@ class RmdOperator:
     def _failed(self, key: Key, exc: Exception) -> None:
         log.warning("reconcile %s failed: %s", "/".join(key), exc)
 
+    def look_again(self, key: Key, delay: float | None) -> None:
+        """Schedule the next periodic reconcile of ``key`` (None: none), replacing any scheduled one.
+
+        One timer per key: a reconcile caused by an event must not start a second periodic chain beside the
+        first, or every event would add reads that repeat forever.
+        """
+        previous = self._timers.pop(key, None)
+        if previous is not None:
+            previous.cancel()
+        if delay is not None:
+            self._timers[key] = asyncio.get_running_loop().call_later(delay, self._due, key)
+
+    def look_again_soon(self, key: Key, delay: float) -> None:
+        """Reconcile ``key`` within ``delay``: keeps a timer already due by then, else brings it forward."""
+        timer = self._timers.get(key)
+        if timer is None or timer.when() > asyncio.get_running_loop().time() + delay:
+            self.look_again(key, delay)
+
+    def _due(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.queue.add(key)
+
     async def reconcile(self, key: Key) -> float | None:
         """Reconcile one key; returns when to look again (None: only on change)."""
         if key[0] == "config":
@@ -223,6 +259,10 @@ class RmdOperator:
         return body, parse(RmdConfigSpec, body.get("spec"))
 
     async def _nodes(self) -> tuple[list[rc.NodeInfo], dict[str, list[str]]]:
+        """Every node and its addresses: from the watch once it has shown any, else listed (start-up)."""
+        if self.node_cache:
+            cached = sorted(self.node_cache.values(), key=lambda c: c[0].name)
+            return [info for info, _ in cached], {info.name: addrs for info, addrs in cached}
         infos, addresses = [], {}
         async for node in self.client.list(Node):
             meta = node.metadata
@@ -280,10 +320,13 @@ class RmdOperator:
         meta = body["metadata"]
         owner = {"name": meta["name"], "uid": meta["uid"]}
         nodes, _ = await self._nodes()
-        states = [
-            _plain(s)["metadata"]["name"]
-            async for s in self.client.list(RmdNodeState, namespace=self.cfg.namespace)
-        ]
+        if self.node_states:  # the watch's copy; listed only until it has shown one
+            states = [str((b.get("metadata") or {}).get("name")) for b in self.node_states.values()]
+        else:
+            states = [
+                _plain(s)["metadata"]["name"]
+                async for s in self.client.list(RmdNodeState, namespace=self.cfg.namespace)
+            ]
         plan = rc.plan_config(spec, owner, self.cfg.namespace, nodes, states, self.cfg.node_image)
         for ds in plan.daemonsets:
             await self.client.patch(
@@ -311,7 +354,8 @@ class RmdOperator:
             await self._set_status(RmdConfig, CONFIG_NAME, self.cfg.namespace, body, plan.status)
             await self._requeue_workloads()  # the set of RMD nodes changed: selectors may target others now
         for node in plan.status["nodes"]:
-            self.queue.add(("node", node))
+            if node not in self.node_states:  # known node states keep their own schedule
+                self.queue.add(("node", node))
         return self.cfg.config_resync_s
 
     async def _requeue_workloads(self) -> None:
@@ -336,7 +380,9 @@ class RmdOperator:
         node = rc.NodeInfo(node_name, {})
         addresses: list[str] = []
         pods = await self._rmd_pods([node])
-        if pods:  # only needed to find the RMD pod by host IP
+        if pods and node_name in self.node_cache:  # only needed to find the RMD pod by host IP
+            addresses = self.node_cache[node_name][1]
+        elif pods:
             with contextlib.suppress(Exception):
                 found = await self.client.get(Node, node_name)
                 addresses = [a.address for a in (found.status.addresses if found.status else None) or []]
@@ -363,7 +409,7 @@ class RmdOperator:
                     await rmd.delete_workload(wid)
             for ns, wname in rc.needs_reconcile(view.workloads, node_name, crs):
                 self.queue.add(("workload", ns, wname))
-        return self.cfg.node_state_period_s
+        return self.cfg.retry_s if view.workloads is None else self.cfg.node_state_period_s
 
     async def _cr_exists(self, uuid: str) -> bool:
         namespace, _, name = uuid.partition("/")
@@ -449,18 +495,24 @@ class RmdOperator:
         rmd_nodes = [n for n in nodes if rc.selects(selector, n.labels)]
         wanted, missing = rc.targets(spec, nodes, frozenset(n.name for n in rmd_nodes)) if spec else ((), ())
         want_cpus = spec is not None and spec.all_cores
-        pods = await self._rmd_pods(rmd_nodes)
+        previous = status.get("workloadStates") or {}
+        # Only the RMDs that should or may hold it are read: targets, where the status placed it, and where
+        # the node states (every RMD's list) last saw it. Reading every RMD per workload was the idle cost.
+        relevant = {*wanted, *previous, *rc.nodes_holding(uuid, self.node_states.values())}
+        read = [n for n in rmd_nodes if n.name in relevant]
+        pods = await self._rmd_pods(read)
         fetched = await asyncio.gather(
-            *(
-                self._view(n, addresses.get(n.name, []), want_cpus and n.name in wanted, pods)
-                for n in rmd_nodes
-            )
+            *(self._view(n, addresses.get(n.name, []), want_cpus and n.name in wanted, pods) for n in read)
         )
         views = [v for v, _ in fetched]
         clients = {v.node: c for v, c in fetched}
         actions = rc.plan_workload(spec, uuid, wanted, views)
-        previous = status.get("workloadStates") or {}
         results = await asyncio.gather(*(self._execute(a, clients.get(a.node), previous) for a in actions))
+        for a in actions:
+            if a.act in rc.CHANGES_RMD or a.act is rc.Act.UNREACHABLE:
+                # Its node state shows the change, or that RMD is unreadable, seconds later rather than a
+                # period later; a burst of changes is read once.
+                self.look_again_soon(("node", a.node), self.cfg.node_state_settle_s)
         failed = [r.node for r in results if r.response.startswith("Fail")]
         if deleting:
             failed_deletes = [
@@ -496,13 +548,26 @@ def _endpoint(text: str) -> tuple[str, str]:
     return node, url
 
 
-def build_transport(tls_dir: Path | None, plain: bool, timeout_s: float) -> Transport:
-    """mTLS from ``tls_dir`` (a mounted Secret); plain HTTP only with the explicit debug flag."""
+TLS_CHECK_S: Final = 60.0  # how often the mounted client Secret is compared with what is loaded
+
+
+def build_transport(
+    tls_dir: Path | None, plain: bool, timeout_s: float
+) -> tuple[Transport, TlsReloader | None]:
+    """mTLS from ``tls_dir`` (a mounted Secret, reloaded when it changes); plain HTTP only with the explicit
+    debug flag."""
     if plain:
-        return Transport(None, allow_plain_http=True, timeout_s=timeout_s)
+        return Transport(None, allow_plain_http=True, timeout_s=timeout_s), None
     if tls_dir is None:
         raise TlsConfigError("--tls-dir is required (RMD is reached over mutual TLS)")
-    return Transport(client_ssl_context(TlsMaterial.from_dir(tls_dir)), timeout_s=timeout_s)
+    reloader = TlsReloader.start(tls_dir)
+    return Transport(reloader.context, timeout_s=timeout_s), reloader
+
+
+async def _keep_tls_current(reloader: TlsReloader) -> None:
+    while True:
+        await asyncio.sleep(TLS_CHECK_S)
+        reloader.check()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -519,8 +584,15 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rmd-endpoint", type=_endpoint, action="append", default=[], metavar="NODE=URL")
     p.add_argument("--rmd-timeout", type=float, default=10.0)
-    p.add_argument("--workload-resync", type=float, default=60.0)
-    p.add_argument("--node-state-period", type=float, default=10.0)
+    p.add_argument(
+        "--workload-resync",
+        type=float,
+        default=300.0,
+        help="seconds between checks of each enforced workload",
+    )
+    p.add_argument(
+        "--node-state-period", type=float, default=300.0, help="seconds between reads of each RMD when idle"
+    )
     p.add_argument("--cleanup-grace", type=float, default=120.0)
     p.add_argument("--no-leader-elect", action="store_true")
     p.add_argument(
@@ -533,7 +605,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def amain(args: argparse.Namespace) -> int:
-    transport = build_transport(args.tls_dir, args.insecure_plain_http, args.rmd_timeout)
+    transport, reloader = build_transport(args.tls_dir, args.insecure_plain_http, args.rmd_timeout)
+    tls_task = asyncio.create_task(_keep_tls_current(reloader)) if reloader is not None else None
+    try:
+        return await _run(args, transport)
+    finally:
+        if tls_task is not None:
+            tls_task.cancel()
+
+
+async def _run(args: argparse.Namespace, transport: Transport) -> int:
     cfg = OperatorConfig(
         namespace=args.namespace,
         transport=transport,
@@ -544,7 +625,9 @@ async def amain(args: argparse.Namespace) -> int:
         node_image=args.node_image,
     )
     client = AsyncClient(field_manager=FIELD_MANAGER)
-    async with aiohttp.ClientSession() as session:
+    # Connections to the RMDs outlive the period between reads, so an idle read needs no new handshake.
+    connector = aiohttp.TCPConnector(keepalive_timeout=cfg.node_state_period_s + 30, limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
         operator = RmdOperator(client, session, cfg)
         if args.no_leader_elect:
             await operator.run()

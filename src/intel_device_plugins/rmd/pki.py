@@ -1,8 +1,9 @@
 """Certificates for RMD's mutual TLS: a CA, RMD's server certificate and role-carrying client certificates.
 
-RMD authorises a client by its certificate: the organisational unit is the role (Admin, Root, User) and
-the common name the user. The simulator, the tests, the demo and ``intel-rmd-certs`` (which writes the
-Secrets a cluster needs) all issue certificates here, with ECDSA P-256 or RSA keys.
+RMD authorises a client by its certificate: by default only certificates listed in its admin and user
+directories get in (``signature``); configured otherwise, the organisational unit is the role (Admin, Root,
+User) or the common name the user. The simulator, the tests, the demo and ``intel-rmd-certs`` (which writes
+the Secrets a cluster needs) all issue certificates here, with ECDSA P-256 or RSA keys.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from intel_device_plugins.kube import x509 as x509_issuer
 from intel_device_plugins.kube.x509 import KeyType as KeyType
 
 SERVER_NAME: Final = "rmd-nameserver"  # the name RMD's certificate carries and clients verify
-VALIDITY: Final = dt.timedelta(days=365)
+# Certificates last 90 days (the operator and the plugin warn two weeks ahead); re-run intel-rmd-certs
+# to renew them. Each run makes a new CA, whose key is never written anywhere.
+VALIDITY: Final = dt.timedelta(days=90)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +33,13 @@ class Issued:
     key: bytes
 
 
-def new_ca(common_name: str = "intel-rmd-ca", key_type: KeyType = "ecdsa") -> Issued:
-    return Issued(*x509_issuer.new_ca(dt.datetime.now(dt.UTC), common_name, VALIDITY, key_type))
+def new_ca(
+    common_name: str = "intel-rmd-ca",
+    key_type: KeyType = "ecdsa",
+    validity: dt.timedelta = VALIDITY,
+    now: dt.datetime | None = None,
+) -> Issued:
+    return Issued(*x509_issuer.new_ca(now or dt.datetime.now(dt.UTC), common_name, validity, key_type))
 
 
 def _issue(
@@ -41,32 +49,52 @@ def _issue(
     key_type: KeyType,
     dns: Sequence[str] = (),
     ips: Sequence[str] = (),
+    validity: dt.timedelta = VALIDITY,
+    now: dt.datetime | None = None,
 ) -> Issued:
-    now = dt.datetime.now(dt.UTC)
     return Issued(
         *x509_issuer.new_leaf(
-            ca.cert, ca.key, subject, usage, now, VALIDITY, dns_names=dns, ip_addresses=ips, key_type=key_type
+            ca.cert,
+            ca.key,
+            subject,
+            usage,
+            now or dt.datetime.now(dt.UTC),
+            validity,
+            dns_names=dns,
+            ip_addresses=ips,
+            key_type=key_type,
         )
     )
 
 
-def new_server(ca: Issued, key_type: KeyType = "ecdsa", ips: Sequence[str] = ("127.0.0.1",)) -> Issued:
+def new_server(
+    ca: Issued,
+    key_type: KeyType = "ecdsa",
+    ips: Sequence[str] = ("127.0.0.1",),
+    validity: dt.timedelta = VALIDITY,
+) -> Issued:
     """RMD's serving certificate for ``rmd-nameserver`` (and the given IPs)."""
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)])
-    return _issue(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, key_type, (SERVER_NAME,), ips)
+    return _issue(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, key_type, (SERVER_NAME,), ips, validity)
 
 
 def new_client(
-    ca: Issued, user: str = "intel-rmd-operator", role: str = "Admin", key_type: KeyType = "ecdsa"
+    ca: Issued,
+    user: str = "intel-rmd-operator",
+    role: str = "Admin",
+    key_type: KeyType = "ecdsa",
+    validity: dt.timedelta = VALIDITY,
+    now: dt.datetime | None = None,
 ) -> Issued:
-    """A client certificate RMD maps to ``role`` (OU) and ``user`` (CN)."""
+    """A client certificate with ``role`` as OU and ``user`` as CN (what RMD's ``role`` and ``username``
+    authorisation read; under its default, ``signature``, only the certificate itself counts)."""
     subject = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
             x509.NameAttribute(NameOID.COMMON_NAME, user),
         ]
     )
-    return _issue(ca, subject, ExtendedKeyUsageOID.CLIENT_AUTH, key_type)
+    return _issue(ca, subject, ExtendedKeyUsageOID.CLIENT_AUTH, key_type, validity=validity, now=now)
 
 
 def secret(name: str, namespace: str, ca: Issued, leaf: Issued) -> dict[str, object]:
@@ -94,11 +122,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="intel-rmd-certs", description=main.__doc__)
     parser.add_argument("--namespace", default="intel-rmd")
     parser.add_argument("--key-type", choices=["ecdsa", "rsa"], default="ecdsa")
+    parser.add_argument("--days", type=int, default=VALIDITY.days, help="validity of every certificate")
     args = parser.parse_args(argv)
-    ca = new_ca(key_type=args.key_type)
+    if args.days < 1:
+        parser.error("--days must be at least 1")
+    validity = dt.timedelta(days=args.days)
+    ca = new_ca(key_type=args.key_type, validity=validity)
     docs = [
-        secret("intel-rmd-server-tls", args.namespace, ca, new_server(ca, args.key_type)),
-        secret("intel-rmd-client-tls", args.namespace, ca, new_client(ca, key_type=args.key_type)),
+        secret("intel-rmd-server-tls", args.namespace, ca, new_server(ca, args.key_type, validity=validity)),
+        secret(
+            "intel-rmd-client-tls",
+            args.namespace,
+            ca,
+            new_client(ca, key_type=args.key_type, validity=validity),
+        ),
     ]
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=True))
     return 0

@@ -11,7 +11,7 @@ containers the view they get on hardware. The mount keeps the options runc would
 containerd calls a small shell script (written by ``start_real_node``) that runs this module only
 for ``create``; every other runc call goes to runc directly.
 
-Usage: ``python -m k8stest.node_runtime <runc> <runc arguments…>``
+Usage: ``python k8stest/node/runtime.py <runc> <runc arguments…>``
 """
 
 from __future__ import annotations

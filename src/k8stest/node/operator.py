@@ -23,7 +23,7 @@ from k8stest.binaries import repo_root
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.node import RealNode, pod_log
-from k8stest.node_plugins import image_archive, registrations
+from k8stest.node.plugins import image_archive, registrations
 from k8stest.ociimage import qualified_reference
 from k8stest.operatorinstall import NS, PREFIX, Kubectl
 

@@ -1,6 +1,6 @@
 """pytest fixtures for the real-node tier: one kubelet node, shared by a test module's session.
 
-Import them into a folder's ``conftest.py`` (``from k8stest.node_fixtures import *``); they build on
+Import them into a folder's ``conftest.py`` (``from k8stest.node.fixtures import *``); they build on
 ``k8s_binaries`` from :mod:`k8stest.pytest_plugin`. The node gets a control plane of its own
 (:func:`k8stest.node.start_node_control_plane`): the API server reaches webhooks and the kubelet
 only through the node.

@@ -42,6 +42,7 @@ __all__ = [
     "sample_daemonset",
     "sample_plugin",
     "unschedulable_message",
+    "warning_events",
 ]
 
 IMAGES_CACHE_ENV = "IMAGES_CACHE"
@@ -189,14 +190,23 @@ class SamplePlugin:
         allocatable = self.allocatable(client)
         return all(allocatable.get(resource) == value for resource, value in expected.items())
 
+    def ready(self, client: KubeClient) -> bool:
+        """Whether a pod of this DaemonSet is Ready."""
+        return any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for pod in self.pods(client)
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+
     def wait_advertised(self, client: KubeClient, expected: Mapping[str, str], timeout: float = 120) -> None:
-        """Wait until the node's allocatable has ``expected``; the failure names what is missing,
-        the plugin pod's state and the end of its log."""
+        """Wait until a pod of the DaemonSet is Ready and the node's allocatable has ``expected``
+        (a plugin of the same kind that was just removed may still be counted there); the failure
+        names what is missing, the plugin pod's state and the end of its log."""
         wanted = ", ".join(f"{resource}={value}" for resource, value in expected.items())
         try:
             wait_for(
                 f"{wanted} on {self.node.name} (plugin pod from {self.image})",
-                lambda: self.advertised(client, expected),
+                lambda: self.ready(client) and self.advertised(client, expected),
                 timeout=timeout,
             )
         except TimeoutError as error:
@@ -267,10 +277,23 @@ def run_to_completion(
             pod = client.get(f"{PODS}/{name}")
             return pod if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
 
-        pod = wait_for(f"pod {name} to finish", finished, timeout=timeout)
+        try:
+            pod = wait_for(f"pod {name} to finish", finished, timeout=timeout)
+        except TimeoutError as error:
+            status = client.get(f"{PODS}/{name}").get("status", {})
+            raise AssertionError(
+                f"{error}\nphase {status.get('phase')}, containers {status.get('containerStatuses')},"
+                f" warnings {warning_events(client, name)}"
+            ) from None
         return pod, pod_log(node, "default", name)
     finally:
         client.delete(f"{PODS}/{name}")
+
+
+def warning_events(client: KubeClient, pod: str) -> list[str]:
+    """``reason: message`` of every Warning event about pod ``pod`` in ``default``."""
+    events = client.get(f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{pod}")
+    return [f"{e.get('reason')}: {e.get('message')}" for e in events["items"] if e.get("type") == "Warning"]
 
 
 def unschedulable_message(client: KubeClient, name: str, timeout: float = 30) -> str:
