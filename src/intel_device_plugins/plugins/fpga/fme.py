@@ -325,8 +325,9 @@ SIMULATION_MARKER = "intel_device_plugins_simulation"
 """A file the node simulator writes into the sysfs directory of every FPGA device it makes.
 
 No kernel driver has an attribute of this name, and sysfs lets nobody create files (not even
-root), so on hardware the file cannot exist. Only who builds the node's ``/sys`` decides it; no
-part of a container's request (environment, annotations, mounts, devices) is looked at."""
+root), so on hardware the file cannot exist. Whether it is there is up to whoever builds the
+node's ``/sys``; no part of a container's request (environment, annotations, mounts, devices) is
+looked at."""
 
 
 def is_simulated_device(root: Path, name: str) -> bool:
