@@ -196,7 +196,8 @@ def test_fpga_region_pod_starts_on_the_port_the_hook_programmed(
     try:
         script = f"echo afu_id=$(cat {FPGA_PORT_AFU_ID}); test $(cat {FPGA_PORT_AFU_ID}) = {NLB3_AFU}"
         pod, log = run_to_completion(client, node, region_pod("fpga-programmed", node, NLB3_AFU, script))
-        assert pod["status"]["phase"] == "Succeeded", f"{pod['status']}\n{log}"
+        # A refusal of the hook is in the container's terminated state (runc's "error running hook").
+        assert pod["status"]["phase"] == "Succeeded", f"{pod['status'].get('containerStatuses')}\n{log}"
         assert f"afu_id={NLB3_AFU}" in log.splitlines(), log
         assert afu_id.read_text().strip() == NLB3_AFU
     finally:
