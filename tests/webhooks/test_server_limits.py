@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.webhook_server import (
     BadJSON,
     ConnectionSlots,
+    DropLog,
     RunningServer,
     ServerLimits,
     Slot,
@@ -406,3 +408,37 @@ def test_sources_are_addresses_with_ipv4_mapped_ipv6_as_ipv4() -> None:
     assert peer_source(("fd00::1", 443, 0, 0)) == "fd00::1"
     assert peer_source(("127.0.0.2", 5)) == "127.0.0.2"
     assert peer_source(None) == "?"
+
+
+async def test_dropped_connections_are_logged_at_debug_level_rate_limited_never_as_errors(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    clients = [await served.connect() for _ in range(6)]
+    for _, w in clients:  # a body that never arrives in full: dropped at the request deadline or by the peer
+        w.write(b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n{")
+    await asyncio.sleep(0.3)
+    for _, w in clients[:3]:
+        w.transport.abort()
+    await asyncio.gather(*(closed_within(r, 4) for r, _ in clients[3:]))
+    await asyncio.sleep(0.2)
+    assert served.server.slots.drops.total >= 6
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert len([r for r in caplog.records if "connections dropped" in r.getMessage()]) <= 2
+
+
+def test_drop_log_reports_counts_at_most_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    now = [100.0]
+    drops = DropLog(interval_s=10.0, clock=lambda: now[0])
+    for _ in range(500):
+        drops.note("shed to make room")
+    drops.note("past the idle deadline")
+    now[0] += 10.0
+    drops.note("shed to make room")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "connections dropped since the last report: 1 shed to make room",
+        "connections dropped since the last report: 1 past the idle deadline, 500 shed to make room",
+    ]
+    assert drops.total == 502

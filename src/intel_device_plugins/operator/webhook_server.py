@@ -292,6 +292,30 @@ def _longest_idle(slots: Sequence[Slot]) -> Slot | None:
     return min(idle, key=lambda slot: slot.idle_since or 0.0, default=None)
 
 
+class DropLog:
+    """Counts connections the server dropped or lost, by reason, and logs the counts at debug level at most
+    once per ``interval_s``: under a flood, one line per connection would be the attack's amplifier. Counts
+    not yet logged go out with the next drop after the interval."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval_s = interval_s
+        self._clock = clock
+        self._since: float | None = None
+        self._counts: dict[str, int] = {}
+        self.total = 0
+
+    def note(self, reason: str) -> None:
+        self.total += 1
+        self._counts[reason] = self._counts.get(reason, 0) + 1
+        now = self._clock()
+        if self._since is not None and now - self._since < self._interval_s:
+            return
+        summary = ", ".join(f"{count} {why}" for why, count in sorted(self._counts.items()))
+        log.debug("connections dropped since the last report: %s", summary)
+        self._counts = {}
+        self._since = now
+
+
 class ConnectionSlots:
     """Open connections of one port, by source, under the cap; sheds by ``choose_victim`` when full.
 
@@ -305,6 +329,7 @@ class ConnectionSlots:
         self.active = 0
         self.refused = 0
         self.shed = 0
+        self.drops = DropLog()
         self._holdings: dict[str, list[Slot]] = {}
         self._trim = trim if trim is not None else _malloc_trim()
 
@@ -314,8 +339,10 @@ class ConnectionSlots:
             victim = choose_victim(self._holdings, source)
             if victim is None:
                 self.refused += 1
+                self.drops.note("refused (port full)")
                 return None
             self.shed += 1
+            self.drops.note("shed to make room")
             self._forget(victim)
             victim.abort()
         slot = Slot(source, abort, time.monotonic())
@@ -399,10 +426,12 @@ class GuardedProtocol(asyncio.Protocol):
         self,
         inner: Callable[[], asyncio.BaseProtocol],
         limits: ServerLimits,
+        drops: DropLog,
         slots: ConnectionSlots | None = None,
     ) -> None:
         self._make_inner = inner
         self._limits = limits
+        self._drops = drops
         self._slots = slots
         self._inner: Any = None
         self._transport: asyncio.Transport | None = None
@@ -419,7 +448,6 @@ class GuardedProtocol(asyncio.Protocol):
         if self._slots is not None:
             slot = self._slots.admit(peer_source(transport.get_extra_info("peername")), transport.abort)
             if slot is None:
-                log.debug("connection refused: %d connections open", self._slots.active)
                 transport.abort()
                 return
             self._slot = slot
@@ -435,7 +463,7 @@ class GuardedProtocol(asyncio.Protocol):
         self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, phase)
 
     def _expire(self, phase: _Phase) -> None:
-        log.debug("closing a connection that exceeded its %s deadline", phase.value)
+        self._drops.note(f"past the {phase.value} deadline")
         if self._transport is not None:
             self._transport.abort()
 
@@ -556,6 +584,20 @@ async def start(
 ) -> RunningServer:
     """Serve ``app`` on host:port (TLS when ``context`` is given) under ``limits``; caller cleans up."""
     limits = limits or ServerLimits()
+    slots = ConnectionSlots(limits.max_connections)
+
+    @web.middleware
+    async def quiet_disconnect(request: web.Request, handler: Any) -> web.StreamResponse:
+        """A connection lost while its body is read (the peer went, or a deadline dropped it) is the peer's
+        doing: counted in the drop log, not logged as a server error with a traceback per connection."""
+        try:
+            response: web.StreamResponse = await handler(request)
+        except ConnectionResetError:
+            slots.drops.note("lost during a request")
+            return web.Response(status=400, text="connection lost")  # nobody reads it; aiohttp drops it
+        return response
+
+    app.middlewares.append(quiet_disconnect)
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -568,12 +610,13 @@ async def start(
     await runner.setup()
     handler_factory = runner.server
     assert handler_factory is not None
-    slots = ConnectionSlots(limits.max_connections)
     factory: Callable[[], asyncio.BaseProtocol]
     if context is None:
-        factory = lambda: GuardedProtocol(handler_factory, limits, slots)  # noqa: E731
+        factory = lambda: GuardedProtocol(handler_factory, limits, slots.drops, slots)  # noqa: E731
     else:
-        factory = lambda: _LeanTLSProtocol(GuardedProtocol(handler_factory, limits), context, limits, slots)  # noqa: E731
+        factory = lambda: _LeanTLSProtocol(  # noqa: E731
+            GuardedProtocol(handler_factory, limits, slots.drops), context, limits, slots
+        )
     loop = asyncio.get_running_loop()
     try:
         server = await loop.create_server(
