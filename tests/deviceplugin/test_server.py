@@ -320,3 +320,55 @@ async def test_stop_withdraws_the_devices_before_the_stream_ends(
     async with running(FakePlugin(), plugin_dir):
         await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
     assert advertised(kubelet) == {}
+
+
+class Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class AbortingContext:
+    """The part of a gRPC servicer context that Allocate uses."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)
+
+
+async def test_allocate_after_stop_began_says_the_plugin_is_stopping(
+    kubelet: KubeletStandIn, plugin_dir: Path
+) -> None:
+    """SIGTERM withdraws the devices first; an Allocate arriving then must not hear "non-existing device"."""
+    async with running(FakePlugin(), plugin_dir) as manager:
+        await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
+        server = manager.servers["widget"]
+        await server.stop()
+        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["w0"])])
+        with pytest.raises(Aborted) as error:
+            await server.Allocate(request, AbortingContext())  # type: ignore[arg-type]
+    assert error.value.code == grpc.StatusCode.UNAVAILABLE
+    assert error.value.details == "example.com/widget: the plugin is stopping; w0 not allocated"
+
+
+@dataclass
+class SpyPolicyPlugin(FakePlugin):
+    seen: list[int] = field(default_factory=list)
+
+    def preferred_allocation(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> Sequence[str]:
+        self.seen.append(len(available) + len(must_include))
+        return list(available)[:size]
+
+
+async def test_preferred_allocation_drops_unknown_ids_before_the_policy_sees_them(
+    kubelet: KubeletStandIn, plugin_dir: Path
+) -> None:
+    plugin = SpyPolicyPlugin()
+    unknown = [f"ghost{i}" for i in range(10_000)]
+    async with running(plugin, plugin_dir):
+        await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
+        chosen = await kubelet.preferred(RESOURCE, [*unknown, "w2", "w0"], ["ghost7", "w2"], 10_000)
+    assert chosen == ["w2", "w0"]
+    assert plugin.seen == [3]  # w2, w0 offered and w2 insisted on; no ghost reached the policy

@@ -393,6 +393,12 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         responses = []
         for container in request.container_requests:
             ids = list(container.devices_ids)
+            if self._closing:
+                # The devices are withdrawn by now; "non-existing device" would send the user hunting.
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"{self.resource_name}: the plugin is stopping; {', '.join(ids)} not allocated",
+                )
             try:
                 allocation = self.allocate_container(devices, ids)
             except AllocationError as error:
@@ -445,10 +451,20 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         context: grpc.aio.ServicerContext[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse],
     ) -> pb.PreferredAllocationResponse:
         responses = []
+        devices = self._devices
         for container in request.container_requests:
-            available = list(container.available_deviceIDs)
-            must_include = list(container.must_include_deviceIDs)
-            size = container.allocation_size
+            # IDs this plugin does not advertise go first, in linear time: the policies are written for a
+            # node's worth of IDs, and a stale or hostile caller must not make them work through 10,000.
+            available = [i for i in container.available_deviceIDs if i in devices]
+            must_include = [i for i in container.must_include_deviceIDs if i in devices]
+            unknown = len(container.available_deviceIDs) - len(available)
+            if unknown:
+                log.warning(
+                    "%s: GetPreferredAllocation offered %d IDs this plugin does not advertise; ignored",
+                    self.resource_name,
+                    unknown,
+                )
+            size = min(container.allocation_size, len(available))
             responses.append(
                 pb.ContainerPreferredAllocationResponse(
                     deviceIDs=self.preferred(available, must_include, size)
