@@ -14,9 +14,10 @@ by source address:
 - the kubelet, 127.0.0.20: ``GET /healthz`` on a new connection every second with a 1 s timeout, as its
   probes do.
 
-The figures: answered reviews and probes of those sent during the siege, how many hostile connections the
-server held (from ``/proc/net/tcp``), the operator's RSS at rest, at peak and 3 s after the siege, and the
-ERROR and traceback lines the operator logged. ``--baseline REF`` runs the same siege first against the
+The figures: answered reviews and probes of those sent during the siege, how many hostile connections
+were established (``/proc/net/tcp``: those the server holds plus those waiting in its accept queue), the
+operator's RSS at rest, at peak, and 3 s and 15 s after the siege, and the ERROR and traceback lines the
+operator logged. ``--baseline REF`` runs the same siege first against the
 operator of git revision REF (its ``src/`` from ``git archive``), so the two are compared in one run.
 
     .venv/bin/python bench/bench_webhook_siege.py --seconds 30 --baseline main
@@ -224,15 +225,17 @@ def siege(seconds: float, src: Path | None) -> dict[str, Any]:
                     assert attacker.stdout is not None
                     attacker.stdout.readline()  # "ready": all 800 connections attempted
                     time.sleep(3.0)
-                    rows["hostile connections held by the server"] = held_from(HOSTILE, (port, health))
+                    rows["hostile connections established, siege start"] = held_from(HOSTILE, (port, health))
                     rows.update(asyncio.run(legitimate(port, health, ca, seconds)))
-                    rows["hostile connections held at the end"] = held_from(HOSTILE, (port, health))
+                    rows["hostile connections established, siege end"] = held_from(HOSTILE, (port, health))
                     rows["peak RSS MiB"] = rss_mib(operator.pid, "VmHWM")
                 finally:
                     attacker.terminate()
                     attacker.wait(timeout=30)
                 time.sleep(3.0)
                 rows["RSS 3 s after the siege MiB"] = rss_mib(operator.pid)
+                time.sleep(12.0)
+                rows["RSS 15 s after the siege MiB"] = rss_mib(operator.pid)
             finally:
                 operator.terminate()
                 operator.wait(timeout=30)

@@ -442,3 +442,19 @@ def test_drop_log_reports_counts_at_most_once_per_interval(caplog: pytest.LogCap
         "connections dropped since the last report: 1 past the idle deadline, 500 shed to make room",
     ]
     assert drops.total == 502
+
+
+def test_freed_memory_is_returned_after_a_burst_even_while_a_few_connections_stay() -> None:
+    trims: list[int] = []
+    slots = ConnectionSlots(64, trim=lambda: trims.append(slots.active))
+    api = slots.admit("api", lambda: None)
+    burst = [slots.admit("hog", lambda: None) for _ in range(20)]
+    for slot in burst[:-3]:
+        assert slot is not None
+        slots.release(slot)
+    assert api is not None and slots.active == 4
+    assert trims == [4]  # once, when the count fell to a sixteenth of the cap; the API server's stays open
+    for slot in [api, *burst[-3:]]:
+        assert slot is not None
+        slots.release(slot)
+    assert trims == [4, 0]  # and again when the port's last connection closed

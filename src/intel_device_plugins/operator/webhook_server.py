@@ -319,9 +319,11 @@ class DropLog:
 class ConnectionSlots:
     """Open connections of one port, by source, under the cap; sheds by ``choose_victim`` when full.
 
-    When the last connection closes, freed heap goes back to the OS: CPython and OpenSSL free a
-    connection's buffers into the C allocator, which keeps the pages; without ``malloc_trim`` a burst of
-    800 idle connections would leave the process at its peak size for good.
+    When the last connection closes, or the count falls to a sixteenth of the cap after a burst of at least
+    a quarter of it, freed heap goes back to the OS: CPython and OpenSSL free a connection's buffers into the
+    C allocator, which keeps the pages; without ``malloc_trim`` a burst of 800 idle connections would leave
+    the process at its peak size for good. The second rule matters under a siege that ends while the API
+    server still holds a connection or two.
     """
 
     def __init__(self, limit: int, trim: Callable[[], None] | None = None) -> None:
@@ -332,6 +334,7 @@ class ConnectionSlots:
         self.drops = DropLog()
         self._holdings: dict[str, list[Slot]] = {}
         self._trim = trim if trim is not None else _malloc_trim()
+        self._after_burst = False
 
     def admit(self, source: str, abort: Callable[[], None]) -> Slot | None:
         """A slot for a new connection from ``source``, dropping another one if the port is full."""
@@ -348,10 +351,14 @@ class ConnectionSlots:
         slot = Slot(source, abort, time.monotonic())
         self._holdings.setdefault(source, []).append(slot)
         self.active += 1
+        self._after_burst = self._after_burst or self.active * 4 >= self.limit
         return slot
 
     def release(self, slot: Slot) -> None:
-        if self._forget(slot) and self.active == 0:
+        if not self._forget(slot):
+            return
+        if self.active == 0 or (self._after_burst and self.active * 16 <= self.limit):
+            self._after_burst = False
             self._trim()
 
     def held_by(self, source: str) -> int:
