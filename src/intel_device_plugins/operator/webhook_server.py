@@ -548,7 +548,6 @@ class _LeanTLSProtocol(sslproto.SSLProtocol):
         assert isinstance(transport, asyncio.Transport)
         slot = self._slots.admit(peer_source(transport.get_extra_info("peername")), transport.abort)
         if slot is None:
-            log.debug("TLS connection refused: %d connections open", self._slots.active)
             transport.abort()
             return
         self._slot = slot
