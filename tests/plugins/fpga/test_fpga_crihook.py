@@ -493,3 +493,15 @@ def test_requests_from_any_environment_only_carry_ids_that_stay_in_the_store(
             )
             assert path.parent.parent == Path("/srv/intel.com/fpga")
             assert ".." not in path.parts
+
+
+def test_a_gbs_with_padding_after_its_metadata_is_programmed(node: Node) -> None:
+    afu = "e" * 32
+    text = json.dumps(build.gbs_metadata(IFACE, afu)).encode() + b"\0" * 100
+    path = node.root / "srv/intel.com/fpga" / IFACE / f"{afu}.gbs"
+    path.write_bytes(build.gbs_bytes(text, fme.simulated_payload(afu)))
+    port = node.cards[0].ports[0]
+    state = node.write_config([f"FPGA_REGION_0={IFACE}", f"FPGA_AFU_0={afu}"], [port])
+    [outcome] = crihook.run_hook(state, node.root, fme.SimulatedFme(node.root))
+    assert outcome.programmed == str(path)
+    assert node.afu(port) == afu
