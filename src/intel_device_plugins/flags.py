@@ -80,3 +80,20 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} must be greater than 0")
     return value
+
+
+MAX_SHARED_DEV_NUM = 1000
+"""Most containers that may share one device. A GPU plugin's device list costs about 30 bytes per ID, so
+64 GPUs at this maximum make a 1.8 MB ListAndWatch message, under half the kubelet's 4 MiB limit; no node
+runs more than a few hundred pods, so more shares would be IDs nobody can use."""
+
+
+def shared_dev_num(text: str) -> int:
+    """``-shared-dev-num``: a positive integer up to ``MAX_SHARED_DEV_NUM``."""
+    value = positive_int(text)
+    if value > MAX_SHARED_DEV_NUM:
+        raise argparse.ArgumentTypeError(
+            f"{value} is more than {MAX_SHARED_DEV_NUM}: "
+            "the device list would near the kubelet's 4 MiB message limit"
+        )
+    return value

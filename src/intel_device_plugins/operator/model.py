@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
+from intel_device_plugins.flags import MAX_SHARED_DEV_NUM
 from intel_device_plugins.kube.crdmodel import EMPTY, Model, field, model_fields
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.schemacheck import FieldError as FieldError
@@ -30,6 +31,8 @@ def _spec_field(json_name: str, schema: JSONSchema, description: str, default: A
 _STR: Final[JSONSchema] = {"type": "string"}
 _NONNEG_INT: Final[JSONSchema] = {"type": "integer", "minimum": 0}
 _POS_INT: Final[JSONSchema] = {"type": "integer", "minimum": 1}
+# The plugins' -shared-dev-num maximum: the device list must stay well within the kubelet's message limit.
+_SHARED_DEV_NUM: Final[JSONSchema] = {"type": "integer", "minimum": 1, "maximum": MAX_SHARED_DEV_NUM}
 _BOOL: Final[JSONSchema] = {"type": "boolean"}
 
 TOLERATION_SCHEMA: Final[JSONSchema] = {
@@ -122,7 +125,7 @@ class DsaSpec(InitImageSpec):
         "idxd",
     )
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one shared work queue.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one shared work queue.", 0
     )
 
 
@@ -167,7 +170,7 @@ class GpuSpec(InitImageSpec):
         "",
     )
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one GPU.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one GPU.", 0
     )
     enable_monitoring: bool = _spec_field(
         "enableMonitoring", _BOOL, "Expose the monitoring resource that grants access to all GPUs.", False
@@ -188,7 +191,7 @@ class IaaSpec(InitImageSpec):
         "provisioningConfig", _STR, "Name of a ConfigMap with the idxd provisioning configuration.", ""
     )
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one shared work queue.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one shared work queue.", 0
     )
 
 
@@ -198,7 +201,7 @@ class NpuSpec(CommonSpec):
     HAS_INIT_IMAGE: ClassVar[bool] = False
 
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one NPU.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one NPU.", 0
     )
 
 
