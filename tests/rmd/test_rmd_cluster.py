@@ -633,10 +633,10 @@ def test_config_changes_move_rmd_and_the_node_agent(setup: Setup) -> None:
 
 
 class _Kubelet:
-    """Plays the kubelet's part in a rotation, between probes, in one thread so no probe meets an RMD that is
-    restarting: Secret volumes follow the Secrets (the operator's ``--tls-dir`` and every RMD's files, the
-    admin directory included), and RMD restarts, one node at a time, when the DaemonSet's template carries
-    another digest (the rolling update the kwok pods go through)."""
+    """The kubelet's part in a rotation, one pass between the test's probes (so no probe meets an RMD that is
+    restarting): Secret volumes follow the Secrets (the operator's ``--tls-dir`` and every RMD's files, the
+    admin directory included), and RMD restarts, one node per pass, when the DaemonSet's template carries
+    another digest, as the kwok pods go through the rolling update the operator waits for."""
 
     def __init__(self, setup: Setup, client_dir: Path) -> None:
         self.setup = setup

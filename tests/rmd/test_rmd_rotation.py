@@ -15,10 +15,16 @@ from intel_device_plugins.rmd import pki, rotation
 from intel_device_plugins.rmd.client import RmdClient, TlsMaterial, Transport, client_ssl_context
 from intel_device_plugins.rmd.model import RmdConfigSpec, parse
 from intel_device_plugins.rmd.reconcile import (
+    RMD_CLIENT_SECRET as CLIENT,
+)
+from intel_device_plugins.rmd.reconcile import (
     RMD_CONFIG_MAP,
     SERVER_TLS_ANNOTATION,
     rmd_daemonset,
     rolled_out,
+)
+from intel_device_plugins.rmd.reconcile import (
+    RMD_SERVER_SECRET as SERVER,
 )
 from intel_device_plugins.rmd.rotation import (
     CA_KEY,
@@ -41,7 +47,6 @@ from intel_device_plugins.sim.rmd import (
     server_tls,
 )
 
-SERVER, CLIENT = "intel-rmd-server-tls", "intel-rmd-client-tls"
 DAY = dt.timedelta(days=1)
 SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "rmd" / "manager" / "rmd-config.yaml"
 
@@ -59,8 +64,8 @@ def installed(days: int = 90, key_type: pki.KeyType = "ecdsa") -> Tls:
 
 
 def step(tls: Tls, which: Step) -> Tls:
-    new = rotation.issue(tls, 90 * DAY, CLIENT) if which is Step.TRUST else None
-    return rotation.apply(which, tls, new, SERVER, CLIENT)
+    new = rotation.issue(tls, 90 * DAY) if which is Step.TRUST else None
+    return rotation.apply(which, tls, new)
 
 
 def rotations(tls: Tls, count: int) -> list[Tls]:
@@ -141,7 +146,7 @@ def test_rsa_material_is_renewed_as_rsa() -> None:
 
 
 def decide(tls: Tls, now: dt.datetime, rollout_done: bool = True, age_s: float = 1e9) -> rotation.Decision:
-    return rotation.next_step(tls, now, rollout_done, age_s, 300.0, SERVER, CLIENT)
+    return rotation.next_step(tls, now, rollout_done, age_s, 300.0)
 
 
 def test_renewal_waits_until_a_third_of_the_lifetime_is_left() -> None:
@@ -150,7 +155,7 @@ def test_renewal_waits_until_a_third_of_the_lifetime_is_left() -> None:
     early = decide(tls, now + 59 * DAY)
     assert early.step is None and 0 < early.look_again_s <= DAY.total_seconds()
     assert decide(tls, now + 61 * DAY).step is Step.TRUST
-    asked = rotation.next_step(tls, now, True, 1e9, 300.0, SERVER, CLIENT, requested=True)
+    asked = rotation.next_step(tls, now, True, 1e9, 300.0, requested=True)
     assert asked.step is Step.TRUST and "requested" in asked.reason
 
 

@@ -393,8 +393,6 @@ class RmdOperator:
                 rotation.phase(tls) is rotation.Phase.STEADY or await self._rmd_rolled_out(digest),
                 _age_s(step_at) if step_at else float("inf"),
                 self.cfg.rotation_grace_s,
-                rc.RMD_SERVER_SECRET,
-                rc.RMD_CLIENT_SECRET,
                 requested=rotation.ROTATE_ANNOTATION in annotations,
             )
         except rotation.RotationError as exc:
@@ -406,8 +404,8 @@ class RmdOperator:
             return digest, decision.look_again_s
         new = None
         if decision.step is rotation.Step.TRUST:
-            new = rotation.issue(tls, self.cfg.cert_validity, rc.RMD_CLIENT_SECRET)
-        after = rotation.apply(decision.step, tls, new, rc.RMD_SERVER_SECRET, rc.RMD_CLIENT_SECRET)
+            new = rotation.issue(tls, self.cfg.cert_validity)
+        after = rotation.apply(decision.step, tls, new)
         log.info("certificate rotation, step %s: %s", decision.step.value, decision.reason)
         # The server Secret first: a step repeated after a failure here rebuilds from what is in use.
         await self._replace_secret(server, after.server, {})

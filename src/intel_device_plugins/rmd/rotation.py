@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from intel_device_plugins.rmd import pki
+from intel_device_plugins.rmd.reconcile import RMD_CLIENT_SECRET, RMD_SERVER_SECRET
 
 CA_KEY: Final = "ca.crt"
 CERT_KEY: Final = "tls.crt"
@@ -130,10 +131,10 @@ def _renew_at(cert: x509.Certificate) -> dt.datetime:
     return end - (end - start) * RENEW_FRACTION
 
 
-def renewal_due_at(tls: Tls, server_secret: str, client_secret: str) -> dt.datetime:
+def renewal_due_at(tls: Tls) -> dt.datetime:
     """When the certificates in use (both leaves and the CA that issued them) are due for renewal."""
-    leaves = [_cert(tls.server, CERT_KEY, server_secret), _cert(tls.client, CERT_KEY, client_secret)]
-    cas = _bundle(tls.client, client_secret)
+    leaves = [_cert(tls.server, CERT_KEY, RMD_SERVER_SECRET), _cert(tls.client, CERT_KEY, RMD_CLIENT_SECRET)]
+    cas = _bundle(tls.client, RMD_CLIENT_SECRET)
     issuers = [ca for ca in cas if any(issued_by(leaf, ca) for leaf in leaves)]
     return min(_renew_at(c) for c in [*leaves, *issuers])
 
@@ -144,8 +145,6 @@ def next_step(
     rollout_done: bool,
     step_age_s: float,
     grace_s: float,
-    server_secret: str,
-    client_secret: str,
     requested: bool = False,
 ) -> Decision:
     """The step to take now, if any. A step waits until RMD's rolling update after the previous one is
@@ -153,7 +152,7 @@ def next_step(
     Secret's ``ROTATE_ANNOTATION``) starts a rotation before the certificates are due."""
     current = phase(tls)
     if current is Phase.STEADY:
-        due = renewal_due_at(tls, server_secret, client_secret)
+        due = renewal_due_at(tls)
         if requested:
             return Decision(Step.TRUST, f"rotation requested ({ROTATE_ANNOTATION})", 0.0)
         if now >= due:
@@ -176,9 +175,9 @@ class NewMaterial:
     client: pki.Issued
 
 
-def issue(tls: Tls, validity: dt.timedelta, client_secret: str) -> NewMaterial:
+def issue(tls: Tls, validity: dt.timedelta) -> NewMaterial:
     """A new CA and leaves of the key type in use (not pure: fresh keys)."""
-    key = _cert(tls.client, CERT_KEY, client_secret).public_key()
+    key = _cert(tls.client, CERT_KEY, RMD_CLIENT_SECRET).public_key()
     key_type: pki.KeyType = "rsa" if isinstance(key, rsa.RSAPublicKey) else "ecdsa"
     ca = pki.new_ca(f"intel-rmd-ca-{dt.datetime.now(dt.UTC):%Y%m%d%H%M%S}", key_type, validity)
     return NewMaterial(
@@ -192,37 +191,37 @@ def _pem(certs: Sequence[x509.Certificate]) -> bytes:
     return b"".join(c.public_bytes(Encoding.PEM) for c in certs)
 
 
-def _issuers_of(tls: Tls, leaves: Sequence[bytes], server_secret: str, client_secret: str) -> bytes:
+def _issuers_of(tls: Tls, leaves: Sequence[bytes]) -> bytes:
     """The CAs of both bundles that issued one of ``leaves``, once each, in bundle order."""
     seen: dict[bytes, x509.Certificate] = {}
-    for ca in [*_bundle(tls.client, client_secret), *_bundle(tls.server, server_secret)]:
+    for ca in [*_bundle(tls.client, RMD_CLIENT_SECRET), *_bundle(tls.server, RMD_SERVER_SECRET)]:
         seen.setdefault(ca.fingerprint(hashes.SHA256()), ca)
     parsed = [x509.load_pem_x509_certificate(leaf) for leaf in leaves]
     return _pem([ca for ca in seen.values() if any(issued_by(leaf, ca) for leaf in parsed)])
 
 
-def trust(tls: Tls, new: NewMaterial, server_secret: str, client_secret: str) -> Tls:
+def trust(tls: Tls, new: NewMaterial) -> Tls:
     """Step 1: both bundles = the CAs in use + the new CA; next client certificate admitted; next server
     certificate staged. Built from the certificates in use, so repeating it after a half-written step does
     not pile up CAs."""
-    old = _issuers_of(tls, [tls.server[CERT_KEY], tls.client[CERT_KEY]], server_secret, client_secret)
+    old = _issuers_of(tls, [tls.server[CERT_KEY], tls.client[CERT_KEY]])
     bundle = old + new.ca
     server = {**_without(tls.server), CA_KEY: bundle, NEXT_CERT: new.server.cert, NEXT_KEY: new.server.key}
     client = {**_without(tls.client), CA_KEY: bundle, NEXT_CERT: new.client.cert, NEXT_KEY: new.client.key}
     return Tls(server, client)
 
 
-def switch(tls: Tls, server_secret: str, client_secret: str) -> Tls:
+def switch(tls: Tls) -> Tls:
     """Step 2: RMD serves the next server certificate, clients use the next client certificate, the one
     they leave stays admitted. A server Secret already switched (the client Secret's write failed) stays."""
     for key in (NEXT_CERT, NEXT_KEY):
         if key not in tls.client:
-            raise RotationError(f"Secret {client_secret}: no {key} to switch to")
+            raise RotationError(f"Secret {RMD_CLIENT_SECRET}: no {key} to switch to")
     server = dict(tls.server)
     if NEXT_CERT in server and NEXT_KEY in server:
         server = {**_without(server), CERT_KEY: server[NEXT_CERT], PRIVATE_KEY: server[NEXT_KEY]}
     elif not _same_issuer(server[CERT_KEY], tls.client[NEXT_CERT], tls.client[CA_KEY]):
-        raise RotationError(f"Secret {server_secret}: no {NEXT_CERT} to switch to")
+        raise RotationError(f"Secret {RMD_SERVER_SECRET}: no {NEXT_CERT} to switch to")
     client = {
         **_without(tls.client),
         CERT_KEY: tls.client[NEXT_CERT],
@@ -240,10 +239,10 @@ def _same_issuer(server_cert: bytes, client_cert: bytes, bundle: bytes) -> bool:
     )
 
 
-def drop(tls: Tls, server_secret: str, client_secret: str) -> Tls:
+def drop(tls: Tls) -> Tls:
     """Step 3: only the CA of the certificates in use stays trusted; the previous client certificate leaves
     the admin directory."""
-    bundle = _issuers_of(tls, [tls.server[CERT_KEY], tls.client[CERT_KEY]], server_secret, client_secret)
+    bundle = _issuers_of(tls, [tls.server[CERT_KEY], tls.client[CERT_KEY]])
     return Tls({**_without(tls.server), CA_KEY: bundle}, {**_without(tls.client), CA_KEY: bundle})
 
 
@@ -251,10 +250,10 @@ def _without(data: SecretData) -> dict[str, bytes]:
     return {k: v for k, v in data.items() if k not in (NEXT_CERT, NEXT_KEY, PREVIOUS_CERT)}
 
 
-def apply(step: Step, tls: Tls, new: NewMaterial | None, server_secret: str, client_secret: str) -> Tls:
+def apply(step: Step, tls: Tls, new: NewMaterial | None) -> Tls:
     if step is Step.TRUST:
         assert new is not None
-        return trust(tls, new, server_secret, client_secret)
+        return trust(tls, new)
     if step is Step.SWITCH:
-        return switch(tls, server_secret, client_secret)
-    return drop(tls, server_secret, client_secret)
+        return switch(tls)
+    return drop(tls)
