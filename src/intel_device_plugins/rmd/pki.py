@@ -74,6 +74,7 @@ def new_ca(
     cert = (
         _builder(name, name, key, now, validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
         )
@@ -97,8 +98,13 @@ def _issue(
     ca_key = serialization.load_pem_private_key(ca.key, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey)
     key = _new_key(key_type)
-    builder = _builder(subject, ca_cert.subject, key, now, validity).add_extension(
-        x509.ExtendedKeyUsage([usage]), critical=False
+    # The authority key identifier picks the right CA where two share a name (old and new during rotation).
+    builder = (
+        _builder(subject, ca_cert.subject, key, now, validity)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
     )
     names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
     names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
