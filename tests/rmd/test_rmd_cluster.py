@@ -18,6 +18,7 @@ import os
 import ssl
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -28,14 +29,17 @@ from typing import Any
 import grpc
 import pytest
 import yaml
+from cryptography import x509
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
+from intel_device_plugins.rmd import rotation
 from intel_device_plugins.rmd.reconcile import (
     NFD_RDT_LABEL,
     RMD_CLIENT_SECRET,
     RMD_CONFIG_MAP,
     RMD_SERVER_SECRET,
+    SERVER_TLS_ANNOTATION,
 )
 from intel_device_plugins.sim.rmd import lay_out_container
 from k8stest.controlplane import ControlPlane
@@ -53,6 +57,13 @@ API = "/apis/intel.com/v1alpha1"
 TIMEOUT = 30.0
 
 
+def _client_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.check_hostname = False
+    return ctx
+
+
 class Rmd:
     """One simulated RMD process run as the DaemonSet's container, and a small client for the test's look."""
 
@@ -64,10 +75,7 @@ class Rmd:
         self.arguments = arguments
         self.port = port
         self.logs = logs
-        ctx = ssl.create_default_context(cafile=str(client_dir / "ca.crt"))
-        ctx.load_cert_chain(str(client_dir / "tls.crt"), str(client_dir / "tls.key"))
-        ctx.check_hostname = False
-        self.ctx = ctx
+        self.client_dir = client_dir
         self.proc: ManagedProcess | None = None
         self.start()
 
@@ -100,7 +108,9 @@ class Rmd:
             self.proc = None
 
     def workloads(self) -> list[dict[str, Any]]:
-        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=5)
+        # The client certificate as the operator has it now (a rotation changes it).
+        ctx = _client_context(*(self.client_dir / k for k in ("ca.crt", "tls.crt", "tls.key")))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=5)
         try:
             conn.request("GET", "/v1/workloads")
             data: list[dict[str, Any]] = json.loads(conn.getresponse().read())
@@ -217,6 +227,12 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         str(client_dir),
         "--workload-resync",
         "5",
+        "--config-resync",
+        "5",
+        "--cert-rotation-grace",
+        "3",
+        "--tls-reload-period",
+        "1",
         "--cleanup-grace",
         "5",
         *[f"--rmd-endpoint={n}=https://127.0.0.1:{port}" for n, port in ports.items()],
@@ -614,3 +630,131 @@ def test_config_changes_move_rmd_and_the_node_agent(setup: Setup) -> None:
         timeout=TIMEOUT,
     )
     setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: None}}})
+
+
+class _Kubelet:
+    """The kubelet's part in a rotation, one pass between the test's probes (so no probe meets an RMD that is
+    restarting): Secret volumes follow the Secrets (the operator's ``--tls-dir`` and every RMD's files, the
+    admin directory included), and RMD restarts, one node per pass, when the DaemonSet's template carries
+    another digest, as the kwok pods go through the rolling update the operator waits for."""
+
+    def __init__(self, setup: Setup, client_dir: Path) -> None:
+        self.setup = setup
+        self.client_dir = client_dir
+        self.started = {node: self._template()[0] for node in setup.rmds}
+        self.restarts = 0
+
+    def _template(self) -> tuple[str, JSON]:
+        ds = self.setup.admin.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/rmd")
+        template = ds["spec"]["template"]
+        digest = str((template["metadata"].get("annotations") or {}).get(SERVER_TLS_ANNOTATION, ""))
+        return digest, template["spec"]
+
+    def rolled_out(self) -> bool:
+        digest = self._template()[0]
+        return all(started == digest for started in self.started.values())
+
+    def sync(self) -> dict[str, bytes]:
+        """One kubelet pass; returns the client Secret's data."""
+        client = _secret_data(self.setup, RMD_CLIENT_SECRET)
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            tmp = self.client_dir / f".{key}.tmp"
+            tmp.write_bytes(client[key])
+            tmp.replace(self.client_dir / key)
+        digest, pod = self._template()
+        config = self.setup.admin.get(f"/api/v1/namespaces/{NS}/configmaps/{RMD_CONFIG_MAP}")
+        sources = {
+            ("configMap", RMD_CONFIG_MAP): {k: v.encode() for k, v in config["data"].items()},
+            ("secret", RMD_SERVER_SECRET): _secret_data(self.setup, RMD_SERVER_SECRET),
+            ("secret", RMD_CLIENT_SECRET): client,
+        }
+        restarted = False
+        for node, rmd in sorted(self.setup.rmds.items()):
+            lay_out_container(pod, "rmd", sources, rmd.root)
+            if self.started[node] != digest and not restarted:
+                rmd.stop()
+                rmd.start()  # a new pod: RMD reads its serving certificate and client CA again
+                self.started[node] = digest
+                self.restarts += 1
+                restarted = True
+        return client
+
+
+def _refused(rmd: Rmd, ca: bytes, cert: bytes, key: bytes, workdir: Path) -> str | None:
+    """Why RMD refuses a client holding ``cert`` and trusting ``ca``, or None when it answers."""
+    files = []
+    for name, data in (("ca", ca), ("cert", cert), ("key", key)):
+        path = workdir / f"probe-{name}.pem"
+        path.write_bytes(data)
+        files.append(path)
+    conn = http.client.HTTPSConnection("127.0.0.1", rmd.port, context=_client_context(*files), timeout=5)
+    try:
+        conn.request("GET", "/v1/workloads")
+        status = conn.getresponse().status
+    except (ssl.SSLError, ConnectionResetError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()
+    return None if status == 200 else f"HTTP {status}"
+
+
+def test_certificate_rotation_keeps_every_call_working(setup: Setup) -> None:
+    """A rotation requested on the client Secret runs its three steps while the operator enforces workloads;
+    at every moment the clients of the two newest Secret versions are let in by every RMD, and afterwards
+    only the new CA is trusted and a new workload is enforced with the new certificate."""
+    _config(setup)
+    ns = setup.namespace()
+    before = _sample_on(setup, ns, "rmdworkload-guaranteed-cache.yaml", "before-rotation", ["26-27"])
+    wait_for("enforced before", lambda: _enforced(setup, ns, before, "2/2"), timeout=TIMEOUT)
+    client_dir = setup.workdir / "client-tls"
+    kubelet = _Kubelet(setup, client_dir)
+    original = _secret_data(setup, RMD_CLIENT_SECRET)
+    setup.kubectl("annotate", "secret", "-n", NS, RMD_CLIENT_SECRET, f"{rotation.ROTATE_ANNOTATION}=now")
+    versions: list[dict[str, bytes]] = [original]
+    refusals: list[str] = []
+    responses: set[str] = set()
+    deadline = time.monotonic() + 180
+    while True:
+        assert time.monotonic() < deadline, f"rotation unfinished; versions seen: {len(versions)}"
+        client = kubelet.sync()
+        if client != versions[-1]:
+            versions.append(client)
+        for version in versions[-2:]:  # clients may still hold the previous version
+            for node, rmd in setup.rmds.items():
+                why = _refused(rmd, version["ca.crt"], version["tls.crt"], version["tls.key"], setup.workdir)
+                if why:
+                    refusals.append(f"{node}, client Secret version {versions.index(version)}: {why}")
+        states = (setup.workload(ns, before).get("status") or {}).get("workloadStates") or {}
+        responses |= {str(s.get("response")) for s in states.values()}
+        finished = (
+            rotation.phase(rotation.Tls({}, client)) is rotation.Phase.STEADY
+            and len(x509.load_pem_x509_certificates(client["ca.crt"])) == 1
+            and client["ca.crt"] != original["ca.crt"]
+            and kubelet.rolled_out()
+        )
+        if finished:
+            break
+        time.sleep(0.3)
+    assert not refusals, "a client was refused during the rotation:\n" + "\n".join(refusals[:10])
+    assert kubelet.restarts >= 3 * len(setup.rmds), "each step restarts every RMD once"
+    failed = [r for r in responses if r.startswith("Fail") and "Cannot connect" not in r]
+    assert not failed, f"the operator's calls failed other than while an RMD restarted: {failed}"
+    server = _secret_data(setup, RMD_SERVER_SECRET)
+    assert server["ca.crt"] == client["ca.crt"] and client["tls.crt"] != original["tls.crt"]
+    assert _refused(
+        setup.rmds[sorted(setup.rmds)[0]],
+        original["ca.crt"],
+        original["tls.crt"],
+        original["tls.key"],
+        setup.workdir,
+    ), "the old client certificate is no longer let in"
+    after = _sample_on(setup, ns, "rmdworkload-guaranteed-cache.yaml", "after-rotation", ["28-29"])
+    wait_for("enforced after", lambda: _enforced(setup, ns, after, "2/2"), timeout=TIMEOUT)
+    wanted = {f"{ns}/{before}", f"{ns}/{after}"}
+
+    def everywhere() -> bool | None:  # restarted RMDs start empty; the operator enforces again
+        return all(wanted <= rmd.uuids() for rmd in setup.rmds.values()) or None
+
+    wait_for("both workloads on every RMD", everywhere, timeout=TIMEOUT)
+    for name in (before, after):
+        setup.kubectl("delete", "rmdworkload", name, "-n", ns, "--timeout=60s")

@@ -72,6 +72,7 @@ def new_ca(
     cert = (
         _builder(name, name, key, now, validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             _key_usage(digital_signature=True, key_encipherment=False, cert_sign=True), critical=True
         )
@@ -109,6 +110,11 @@ def new_leaf(
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        # The authority key identifier picks the right CA where two share a name (an old and a new one
+        # while certificates are rotated).
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
+        )
     )
     names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     names += [x509.IPAddress(ip_address(address)) for address in ip_addresses]

@@ -6,14 +6,17 @@ Reads of RMD are the operator's main idle cost, so they follow events: a node st
 after a workload changed its RMD or found it unreadable, and when its RMD pod changes (the kubelet finding
 it unready, a restarted container); a workload is reconciled when its node state shows RMD lost it. The
 periodic re-queues are a safety net: RmdWorkloads every ``workload_resync_s``, RmdNodeStates every
-``node_state_period_s`` (both 300 s), every ``retry_s`` while RMD cannot be read. One timer per key. One
-replica reconciles at a time (a Lease).
+``node_state_period_s`` (both 300 s), every ``retry_s`` while RMD cannot be read. One timer per key. Nodes
+are listed by the RmdConfig reconcile (every ``config_resync_s``) rather than watched, because of their
+heartbeats. The same reconcile rotates RMD's certificates (``rotation.py``). One replica reconciles at a
+time (a Lease).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import datetime as dt
@@ -30,7 +33,7 @@ import aiohttp
 from lightkube import AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node, Pod, Secret
 from lightkube.types import PatchType
 
 from intel_device_plugins.flags import GoFlagParser
@@ -39,7 +42,7 @@ from intel_device_plugins.kube.leader import ElectionConfig, LeaderElector
 from intel_device_plugins.kube.watch import as_events, follow
 from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
 from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
-from intel_device_plugins.rmd import images
+from intel_device_plugins.rmd import images, rotation
 from intel_device_plugins.rmd import reconcile as rc
 from intel_device_plugins.rmd.client import (
     RmdApiError,
@@ -87,6 +90,9 @@ class OperatorConfig:
     retry_s: float = 5.0
     cleanup_grace_s: float = 120.0
     node_image: str = dataclasses.field(default_factory=images.default_node_image)  # agent and plugin
+    rotate_certs: bool = True
+    cert_validity: dt.timedelta = dt.timedelta(days=90)
+    rotation_grace_s: float = 300.0  # a rotation step reaches every client (kubelet sync + their reload)
 
 
 def _now() -> str:
@@ -96,6 +102,10 @@ def _now() -> str:
 def _plain(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = obj.to_dict()
     return out
+
+
+def _secret_data(secret: Any) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
 
 
 def _age_s(timestamp: str) -> float:
@@ -118,12 +128,9 @@ class RmdOperator:
         self.reconciled = 0
         # Status of every RmdWorkload, kept from the watch: node-state reconciles read it instead of listing.
         self.workload_status: dict[tuple[str, str], Mapping[str, Any]] = {}
-        self.node_labels: dict[str, Mapping[str, str]] = {}
-        # Every node as the watch last showed it: reconciles read nodes here instead of listing them.
+        # Every node as the last RmdConfig reconcile listed it: other reconciles read nodes here.
         self.node_cache: dict[str, tuple[rc.NodeInfo, list[str]]] = {}
-        self.node_states: dict[
-            str, Mapping[str, Any]
-        ] = {}  # latest RmdNodeState per node, from the watch  # heartbeats change nodes; only labels matter
+        self.node_states: dict[str, Mapping[str, Any]] = {}  # latest RmdNodeState per node, from the watch
 
     # ---------------------------------------------------------------- plumbing
 
@@ -138,7 +145,6 @@ class RmdOperator:
             asyncio.create_task(self._watch(RmdConfig, self.cfg.namespace, self._on_config)),
             asyncio.create_task(self._watch(RmdNodeState, self.cfg.namespace, self._on_node_state)),
             asyncio.create_task(self._watch(RmdWorkload, "*", self._on_workload)),
-            asyncio.create_task(self._watch(Node, None, self._on_node)),
             asyncio.create_task(self._watch(Pod, self.cfg.namespace, self._on_rmd_pod, rc.RMD_POD_LABELS)),
         ]
         self.queue.add(CONFIG_KEY)
@@ -184,24 +190,6 @@ class RmdOperator:
         ):
             return  # our own status write; the spec is already handled
         self.queue.add(("workload", *key))
-
-    def _on_node(self, event: str, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        name, labels = str(meta.get("name")), dict(meta.get("labels") or {})
-        if event == "DELETED":
-            self.node_cache.pop(name, None)
-        else:
-            addresses = [str(a.get("address")) for a in (body.get("status") or {}).get("addresses") or ()]
-            self.node_cache[name] = (rc.NodeInfo(name, labels, str(meta.get("uid") or "")), addresses)
-        if event == "DELETED":
-            self.node_labels.pop(name, None)
-        elif self.node_labels.get(name) == labels:
-            return
-        else:
-            self.node_labels[name] = labels
-        self.queue.add(CONFIG_KEY)
-        for key in list(self.workload_status):  # selectors may now match other nodes
-            self.queue.add(("workload", *key))
 
     def _on_rmd_pod(self, event: str, body: Mapping[str, Any]) -> None:
         node = (body.get("spec") or {}).get("nodeName")
@@ -259,18 +247,32 @@ class RmdOperator:
         return body, parse(RmdConfigSpec, body.get("spec"))
 
     async def _nodes(self) -> tuple[list[rc.NodeInfo], dict[str, list[str]]]:
-        """Every node and its addresses: from the watch once it has shown any, else listed (start-up)."""
-        if self.node_cache:
-            cached = sorted(self.node_cache.values(), key=lambda c: c[0].name)
-            return [info for info, _ in cached], {info.name: addrs for info, addrs in cached}
-        infos, addresses = [], {}
+        """Every node and its addresses, as last listed (listed now only before the first list)."""
+        if not self.node_cache:
+            await self._list_nodes()
+        cached = sorted(self.node_cache.values(), key=lambda c: c[0].name)
+        return [info for info, _ in cached], {info.name: addrs for info, addrs in cached}
+
+    async def _list_nodes(self) -> None:
+        """List every node (each RmdConfig reconcile); re-queue the workloads when labels changed.
+
+        Nodes are listed, not watched: a watch delivers every status heartbeat of every node, and those
+        events were most of the operator's idle CPU, for labels that rarely change. A label change reaches
+        the workloads within ``config_resync_s``.
+        """
+        listed: dict[str, tuple[rc.NodeInfo, list[str]]] = {}
         async for node in self.client.list(Node):
             meta = node.metadata
             assert meta is not None and meta.name is not None
-            infos.append(rc.NodeInfo(meta.name, dict(meta.labels or {}), meta.uid or ""))
             addrs = (node.status.addresses if node.status else None) or []
-            addresses[meta.name] = [a.address for a in addrs]
-        return infos, addresses
+            info = rc.NodeInfo(meta.name, dict(meta.labels or {}), meta.uid or "")
+            listed[meta.name] = (info, [a.address for a in addrs])
+        before = {name: info.labels for name, (info, _) in self.node_cache.items()}
+        after = {name: info.labels for name, (info, _) in listed.items()}
+        self.node_cache = listed
+        if before and before != after:  # selectors may now match other nodes
+            for key in list(self.workload_status):
+                self.queue.add(("workload", *key))
 
     async def _rmd_pods(self, nodes: Sequence[rc.NodeInfo]) -> list[dict[str, Any]]:
         """The RMD pods, listed once per reconcile, unless every node has an address override."""
@@ -319,6 +321,8 @@ class RmdOperator:
         body, spec = found
         meta = body["metadata"]
         owner = {"name": meta["name"], "uid": meta["uid"]}
+        server_tls, rotation_delay = await self._certificates()
+        await self._list_nodes()
         nodes, _ = await self._nodes()
         if self.node_states:  # the watch's copy; listed only until it has shown one
             states = [str((b.get("metadata") or {}).get("name")) for b in self.node_states.values()]
@@ -327,7 +331,7 @@ class RmdOperator:
                 _plain(s)["metadata"]["name"]
                 async for s in self.client.list(RmdNodeState, namespace=self.cfg.namespace)
             ]
-        plan = rc.plan_config(spec, owner, self.cfg.namespace, nodes, states, self.cfg.node_image)
+        plan = rc.plan_config(spec, owner, self.cfg.namespace, nodes, states, self.cfg.node_image, server_tls)
         for ds in plan.daemonsets:
             await self.client.patch(
                 DaemonSet,
@@ -356,7 +360,79 @@ class RmdOperator:
         for node in plan.status["nodes"]:
             if node not in self.node_states:  # known node states keep their own schedule
                 self.queue.add(("node", node))
+        if rotation_delay is not None:
+            return min(self.cfg.config_resync_s, rotation_delay)
         return self.cfg.config_resync_s
+
+    # ---------------------------------------------------------------- certificates
+
+    async def _secret(self, name: str) -> Any:
+        try:
+            return await self.client.get(Secret, name, namespace=self.cfg.namespace)
+        except Exception as exc:
+            if is_status(exc, 404):
+                return None
+            raise
+
+    async def _certificates(self) -> tuple[str, float | None]:
+        """Take the rotation step that is due; return the digest of RMD's start-time TLS material (for its
+        pod template) and when to look again for the rotation (None: the usual period)."""
+        server = await self._secret(rc.RMD_SERVER_SECRET)
+        if server is None:
+            return "", None
+        client = await self._secret(rc.RMD_CLIENT_SECRET) if self.cfg.rotate_certs else None
+        tls = rotation.Tls(_secret_data(server), _secret_data(client) if client is not None else {})
+        digest = rotation.server_material(tls.server)
+        if client is None:
+            return digest, None
+        annotations = dict((client.metadata and client.metadata.annotations) or {})
+        step_at = annotations.get(rotation.STEP_AT_ANNOTATION)
+        try:
+            decision = rotation.next_step(
+                tls,
+                dt.datetime.now(dt.UTC),
+                rotation.phase(tls) is rotation.Phase.STEADY or await self._rmd_rolled_out(digest),
+                _age_s(step_at) if step_at else float("inf"),
+                self.cfg.rotation_grace_s,
+                requested=rotation.ROTATE_ANNOTATION in annotations,
+            )
+        except rotation.RotationError as exc:
+            log.error("certificates are not rotated: %s", exc)
+            return digest, None
+        if decision.step is None:
+            if decision.reason:
+                log.info("certificate rotation: %s", decision.reason)
+            return digest, decision.look_again_s
+        new = None
+        if decision.step is rotation.Step.TRUST:
+            new = rotation.issue(tls, self.cfg.cert_validity)
+        after = rotation.apply(decision.step, tls, new)
+        log.info("certificate rotation, step %s: %s", decision.step.value, decision.reason)
+        # The server Secret first: a step repeated after a failure here rebuilds from what is in use.
+        await self._replace_secret(server, after.server, {})
+        annotations.pop(rotation.ROTATE_ANNOTATION, None)
+        annotations[rotation.STEP_AT_ANNOTATION] = _now()
+        await self._replace_secret(client, after.client, annotations)
+        return rotation.server_material(after.server), rotation.ROLLOUT_CHECK_S
+
+    async def _replace_secret(
+        self, secret: Any, data: Mapping[str, bytes], annotations: Mapping[str, str] | None
+    ) -> None:
+        secret.data = {k: base64.b64encode(v).decode() for k, v in data.items()}
+        secret.stringData = None
+        if annotations:
+            secret.metadata.annotations = dict(annotations)
+        await self.client.replace(secret)  # carries resourceVersion: a concurrent change makes it fail
+
+    async def _rmd_rolled_out(self, digest: str) -> bool:
+        """Every RMD pod runs ``digest`` (the rolling update is complete), or there is no RMD DaemonSet."""
+        try:
+            ds = _plain(await self.client.get(DaemonSet, rc.RMD_DAEMONSET, namespace=self.cfg.namespace))
+        except Exception as exc:
+            if is_status(exc, 404):
+                return True
+            raise
+        return rc.rolled_out(ds, digest)
 
     async def _requeue_workloads(self) -> None:
         async for w in self.client.list(RmdWorkload, namespace="*"):
@@ -564,9 +640,9 @@ def build_transport(
     return Transport(reloader.context, timeout_s=timeout_s), reloader
 
 
-async def _keep_tls_current(reloader: TlsReloader) -> None:
+async def _keep_tls_current(reloader: TlsReloader, period_s: float) -> None:
     while True:
-        await asyncio.sleep(TLS_CHECK_S)
+        await asyncio.sleep(period_s)
         reloader.check()
 
 
@@ -594,6 +670,27 @@ def parser() -> argparse.ArgumentParser:
         "--node-state-period", type=float, default=300.0, help="seconds between reads of each RMD when idle"
     )
     p.add_argument("--cleanup-grace", type=float, default=120.0)
+    p.add_argument(
+        "--config-resync",
+        type=float,
+        default=30.0,
+        help="seconds between RmdConfig reconciles, which list the nodes (label changes take this long)",
+    )
+    p.add_argument(
+        "--tls-reload-period", type=float, default=TLS_CHECK_S, help="seconds between checks of --tls-dir"
+    )
+    p.add_argument(
+        "--no-cert-rotation",
+        action="store_true",
+        help="leave the RMD TLS Secrets alone (they are renewed by other means)",
+    )
+    p.add_argument("--cert-days", type=int, default=90, help="validity of the certificates a rotation issues")
+    p.add_argument(
+        "--cert-rotation-grace",
+        type=float,
+        default=300.0,
+        help="seconds between rotation steps, for every client to load the previous one",
+    )
     p.add_argument("--no-leader-elect", action="store_true")
     p.add_argument(
         "--node-image",
@@ -606,7 +703,11 @@ def parser() -> argparse.ArgumentParser:
 
 async def amain(args: argparse.Namespace) -> int:
     transport, reloader = build_transport(args.tls_dir, args.insecure_plain_http, args.rmd_timeout)
-    tls_task = asyncio.create_task(_keep_tls_current(reloader)) if reloader is not None else None
+    tls_task = (
+        asyncio.create_task(_keep_tls_current(reloader, args.tls_reload_period))
+        if reloader is not None
+        else None
+    )
     try:
         return await _run(args, transport)
     finally:
@@ -622,6 +723,10 @@ async def _run(args: argparse.Namespace, transport: Transport) -> int:
         workload_resync_s=args.workload_resync,
         node_state_period_s=args.node_state_period,
         cleanup_grace_s=args.cleanup_grace,
+        config_resync_s=args.config_resync,
+        rotate_certs=not args.no_cert_rotation,
+        cert_validity=dt.timedelta(days=args.cert_days),
+        rotation_grace_s=args.cert_rotation_grace,
         node_image=args.node_image,
     )
     client = AsyncClient(field_manager=FIELD_MANAGER)

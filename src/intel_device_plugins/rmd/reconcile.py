@@ -41,6 +41,7 @@ AGENT_SERVICE_ACCOUNT: Final = "intel-rmd-node-agent"
 FINALIZER: Final = "intel.com/rmd-workload-cleanup"
 RMD_SERVER_SECRET: Final = "intel-rmd-server-tls"  # RMD's serving certificate and the client CA
 RMD_CLIENT_SECRET: Final = "intel-rmd-client-tls"  # the client certificate RMD lets in (operator, plugin)
+SERVER_TLS_ANNOTATION: Final = "intel.com/rmd-server-tls"  # on RMD's pod template: its start-time TLS digest
 RMD_CONFIG_MAP: Final = "intel-rmd-config"  # rmd.toml, shipped by deploy/rmd and the chart
 RMD_CONF_DIR: Final = "/etc/rmd/conf"
 # RMD's image starts it in debug mode (``rmd -d``: plain HTTP, no authentication); the command replaces that.
@@ -113,7 +114,7 @@ def _daemonset(
 
 
 def rmd_daemonset(
-    cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str, node_image: str
+    cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str, node_image: str, server_tls: str = ""
 ) -> dict[str, Any]:
     """RMD (HTTPS with client certificates on 8443) plus the l3_cache_ways device plugin on each RMD node.
 
@@ -121,6 +122,11 @@ def rmd_daemonset(
     image's debug mode, and its default ``signature`` authorisation with the client certificate of
     ``intel-rmd-client-tls`` in its admin directory (the only certificate it lets in). RMD writes resctrl,
     so it alone is privileged; the plugin talks to it over loopback with that client certificate.
+
+    ``server_tls`` (a digest of what RMD reads only at start, see ``rotation``) goes on the pod template, so
+    a rotation restarts RMD pods one by one exactly when that material changed. The admin directory also
+    holds the client certificates a rotation introduces or retires (``next.crt``, ``previous.crt``): the
+    Secret's keys are optional there, as they exist only during a rotation.
     """
     labels = {**RMD_POD_LABELS}
     rmd = {
@@ -196,14 +202,40 @@ def rmd_daemonset(
                 "secret": {
                     "secretName": RMD_CLIENT_SECRET,
                     "defaultMode": 0o444,
-                    "items": [{"key": "tls.crt", "path": f"{RMD_CLIENT_SECRET}.pem"}],
+                    "items": [
+                        {"key": "tls.crt", "path": f"{RMD_CLIENT_SECRET}.pem"},
+                        {"key": "next.crt", "path": f"{RMD_CLIENT_SECRET}-next.pem"},
+                        {"key": "previous.crt", "path": f"{RMD_CLIENT_SECRET}-previous.pem"},
+                    ],
+                    # Missing keys are skipped only for an optional Secret; a missing Secret leaves the
+                    # directory empty, so RMD admits nobody.
+                    "optional": True,
                 },
             },
             # RMD watches its user directory and will not start without it; nobody is listed there.
             {"name": "user-certs", "emptyDir": {"sizeLimit": "1Mi"}},
         ],
     }
-    return _daemonset(RMD_DAEMONSET, namespace, owner, labels, pod_spec)
+    ds = _daemonset(RMD_DAEMONSET, namespace, owner, labels, pod_spec)
+    if server_tls:
+        ds["spec"]["template"]["metadata"]["annotations"] = {SERVER_TLS_ANNOTATION: server_tls}
+    return ds
+
+
+def rolled_out(ds: Mapping[str, Any], server_tls: str) -> bool:
+    """``ds`` (RMD's DaemonSet) has ``server_tls`` on its template and every scheduled pod is updated and
+    available: every RMD has restarted with that material."""
+    meta, status = ds.get("metadata") or {}, ds.get("status") or {}
+    template = ((ds.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    if (template.get("annotations") or {}).get(SERVER_TLS_ANNOTATION) != server_tls:
+        return False
+    desired = status.get("desiredNumberScheduled", 0)
+    return bool(
+        status.get("observedGeneration", 0) >= meta.get("generation", 0)
+        and status.get("updatedNumberScheduled", 0) == desired
+        and status.get("numberAvailable", 0) == desired
+        and not status.get("numberUnavailable")
+    )
 
 
 def agent_daemonset(
@@ -258,10 +290,12 @@ def plan_config(
     nodes: Sequence[NodeInfo],
     node_states: Sequence[str],
     node_image: str | None = None,
+    server_tls: str = "",
 ) -> ConfigPlan:
     """DaemonSets to apply; node states to create for newly selected nodes and delete for nodes that left.
 
-    ``node_image`` runs the agent and the device plugin (default: this project's node image).
+    ``node_image`` runs the agent and the device plugin (default: this project's node image); ``server_tls``
+    is the digest of RMD's start-time TLS material (see ``rmd_daemonset``).
     """
     node_image = node_image or images.default_node_image()
     selector = rmd_selector(cfg)
@@ -278,7 +312,7 @@ def plan_config(
         if name not in node_states
     )
     deletes = tuple(sorted(s for s in node_states if s not in wanted))
-    daemonsets = [rmd_daemonset(cfg, owner, namespace, node_image)]
+    daemonsets = [rmd_daemonset(cfg, owner, namespace, node_image, server_tls)]
     if cfg.deploy_node_agent:
         daemonsets.append(agent_daemonset(cfg, owner, namespace, node_image))
     return ConfigPlan(

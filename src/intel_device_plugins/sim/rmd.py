@@ -728,7 +728,8 @@ def lay_out_container(
     """Place what the kubelet would mount into ``container`` under ``root`` (ConfigMap and Secret items,
     empty directories; host paths are left out) and return the container's arguments after its binary.
 
-    This runs the RMD DaemonSet's container as written: ``main(["--root", root, *arguments])``.
+    This runs the RMD DaemonSet's container as written: ``main(["--root", root, *arguments])``. Called
+    again, it replaces the files, as the kubelet updates a mounted Secret in place.
     """
     volumes = {str(v.get("name")): v for v in pod_spec.get("volumes") or ()}
     (spec,) = [c for c in pod_spec.get("containers") or () if c.get("name") == container]
@@ -743,14 +744,25 @@ def lay_out_container(
             continue
         ref = volume[kind]
         name = str(ref.get("name") or ref.get("secretName"))
-        data = sources[(kind, name)]
+        optional = bool(ref.get("optional"))
+        data = sources.get((kind, name), {}) if optional else sources[(kind, name)]
         items = ref.get("items") or [{"key": k, "path": k} for k in data]
+        written = set()
         for item in items:
+            if optional and str(item["key"]) not in data:
+                continue  # the kubelet skips an optional source's missing keys
             path = (target / str(item["path"])).resolve()
             if not path.is_relative_to(target.resolve()):
                 raise ValueError(f"volume {mount['name']}: item path {item['path']!r} leaves {target}")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data[str(item["key"])])
+            # Replaced whole, never truncated: a reader sees the old file or the new one.
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data[str(item["key"])])
+            tmp.replace(path)
+            written.add(path)
+        for stale in target.iterdir():  # laid out again: only the source's current keys remain
+            if stale.is_file() and stale.resolve() not in written:
+                stale.unlink()
     return [*list(spec.get("command") or ())[1:], *list(spec.get("args") or ())]
 
 
