@@ -16,6 +16,7 @@ from typing import Final
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.kube import x509 as x509_issuer
 from intel_device_plugins.kube.x509 import KeyType as KeyType
 
@@ -114,12 +115,11 @@ def secret(name: str, namespace: str, ca: Issued, leaf: Issued) -> dict[str, obj
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``intel-rmd-certs``: print the two Secrets a cluster needs (RMD's server side and a client)."""
-    import argparse
     import sys
 
     import yaml
 
-    parser = argparse.ArgumentParser(prog="intel-rmd-certs", description=main.__doc__)
+    parser = GoFlagParser(prog="intel-rmd-certs", description=main.__doc__)
     parser.add_argument("--namespace", default="intel-rmd")
     parser.add_argument("--key-type", choices=["ecdsa", "rsa"], default="ecdsa")
     parser.add_argument("--days", type=int, default=VALIDITY.days, help="validity of every certificate")
