@@ -318,10 +318,13 @@ class Reconciler:
                 Pod, namespace=self.cfg.namespace, labels={"app": base}, chunk_size=POD_PAGE
             )
         ]
+        # A CR the watch saw deleted conflicts with nobody, although its pods linger until garbage
+        # collection removes them (no later event would clear the conflict otherwise).
         per_cr = {
-            ds_name[len(base) + 1 :]: nodes
+            cr_name: nodes
             for ds_name, nodes in nodes_by_daemonset(pods).items()
             if ds_name.startswith(base + "-")
+            and (kind, cr_name := ds_name[len(base) + 1 :]) not in self._gone
         }
         conflicts = node_conflicts(per_cr).get(name, {})
         previous = [c for c in current.get("conditions") or () if isinstance(c, Mapping)]
