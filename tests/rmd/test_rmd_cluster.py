@@ -1,4 +1,4 @@
-"""The RMD operator on the real control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok nodes).
+"""The RMD operator on the real control plane (kube-apiserver 1.37.2, KCM, scheduler, kwok nodes).
 
 Set-up, once for the module: ``kubectl apply -k deploy/rmd/default`` (CRDs, namespace, RBAC, Deployment),
 the TLS Secrets from ``intel-rmd-certs``' functions, and kwok nodes labelled for RDT. The operator's
