@@ -18,12 +18,13 @@ venv: bootstrap
 DEMO_ARGS ?=
 
 demo: venv
-	$(BIN)/intel-device-plugins-demo $(DEMO_ARGS)
+	$(BIN)/python -m k8stest.demo $(DEMO_ARGS)
 
 lint: venv
 	$(BIN)/ruff check src tests bench tools
 	$(BIN)/ruff format --check src tests bench tools
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache  # the layers in .importlinter
 
 # Real Kubernetes binaries for tests/k8s, built from Go modules (cached under ~/.cache; a warm run
 # takes well under a second, a cold one about a quarter of an hour).
@@ -44,10 +45,13 @@ helm-bin:
 node-bins: k8s-bins
 	test/node/build.sh >/dev/null
 
-unit: venv k8s-bins images helm-bin node-bins
-	$(BIN)/pytest -q
+# The fast tier: every test that needs nothing built (no Kubernetes, node, helm or images; a few minutes).
+unit: venv
+	$(BIN)/pytest -q -m "not needs_build"
 
-test: lint unit
+# The whole suite, what CI runs: builds (or finds in the cache) what the integration tiers need.
+test: lint k8s-bins images helm-bin node-bins
+	$(BIN)/pytest -q
 
 protos: venv
 	$(BIN)/python tools/genproto.py

@@ -11,6 +11,12 @@ prints Markdown).
   already runs the AFU. "Simulated PR": the port is reset to another AFU before each run, so every
   run reads a 16 MiB GBS, issues the PR ioctl to the simulated FME and verifies the new AFU ID.
 - **Hook work in process**: ``crihook.run_hook`` for the same two cases, without interpreter start.
+- **Backend choice** (``--backend-choice`` runs only this): what ``SysfsSelectedIoctl`` (the hook's
+  default, which looks for the simulation marker in the node's sysfs) adds to each ioctl. On this
+  machine's own ``/`` (no FPGA, so no marker, as on hardware), ``DeviceIoctl`` on ``/dev/null``
+  (open, ioctl refused with ENOTTY, close) alone and behind the choice, interleaved in blocks. On a
+  simulated node, the in-process hook with a simulated PR, through ``SimulatedFme`` directly and
+  through the choice.
 - **Parse 50 MB**: ``open_bitstream`` on a GBS with a 50 MiB raw part, and on an AOCX whose
   gzip-compressed GBS has a 50 MiB (incompressible) raw part, so the file is about 50 MB. The
   reference for the AOCX is ``zlib`` inflating the same section in one call (the floor for any parser
@@ -146,6 +152,64 @@ def hook_figures(base: Path) -> list[str]:
     return rows
 
 
+CHOICE_BLOCKS = 20
+CHOICE_CALLS = 2000
+
+
+def _refused_ioctl(io: fme.FpgaIoctl, node: Path) -> None:
+    try:
+        io.ioctl(node, fme.REQUESTS[simfpga.DFL].api_version, 0)
+    except OSError:
+        return
+    raise SystemExit(f"an FPGA ioctl on {node} succeeded; the baseline needs one the kernel refuses")
+
+
+def backend_choice_figures(base: Path) -> list[str]:
+    null = Path("/dev/null")
+    if fme.is_simulated_device(Path("/"), null.name):
+        raise SystemExit("this machine's sysfs marks /dev/null as a simulated FPGA device")
+    direct, chosen = fme.DeviceIoctl(), fme.SysfsSelectedIoctl(Path("/"))
+    per_call: dict[str, list[float]] = {"direct": [], "chosen": []}
+    for _ in range(CHOICE_BLOCKS):
+        for key, io in (("direct", direct), ("chosen", chosen)):
+            start = time.perf_counter()
+            for _ in range(CHOICE_CALLS):
+                _refused_ioctl(io, null)
+            per_call[key].append((time.perf_counter() - start) / CHOICE_CALLS)
+    assert chosen.simulated.calls == []
+    root, card, _, pr_state = hook_node(base)
+    tree = FakeTree(root)
+    port = card.ports[0].name
+    afu_id = tree.path(simfpga.port_sysfs(tree, port)) / "afu_id"
+    hook: dict[str, list[float]] = {"direct": [], "chosen": []}
+    for _ in range(HOOK_RUNS):
+        ios: tuple[tuple[str, fme.FpgaIoctl], ...] = (
+            ("direct", fme.SimulatedFme(root)),
+            ("chosen", fme.SysfsSelectedIoctl(root)),
+        )
+        for key, hook_io in ios:
+            simfpga.set_afu_id(tree, port, simfpga.NLB0_AFU)
+            start = time.perf_counter()
+            crihook.run_hook(pr_state, root, hook_io)
+            hook[key].append(time.perf_counter() - start)
+            assert afu_id.read_text().strip() == simfpga.NLB3_AFU
+
+    def micro(samples: Sequence[float]) -> str:
+        return f"{statistics.median(samples) * 1e6:.1f} µs"
+
+    extra = statistics.median(per_call["chosen"]) - statistics.median(per_call["direct"])
+    return [
+        "| Case | Baseline, median | Through `SysfsSelectedIoctl`, median | Difference |",
+        "|---|---|---|---|",
+        f"| one refused ioctl on `/dev/null`, this machine's `/` ({CHOICE_BLOCKS} blocks of "
+        f"{CHOICE_CALLS}, per call) | `DeviceIoctl`: {micro(per_call['direct'])} | "
+        f"{micro(per_call['chosen'])} | {extra * 1e6:+.1f} µs |",
+        f"| hook in process, simulated PR of a 16 MiB GBS ({HOOK_RUNS} runs each) | `SimulatedFme`: "
+        f"{median_ms(hook['direct'])} | {median_ms(hook['chosen'])} | "
+        f"{(statistics.median(hook['chosen']) - statistics.median(hook['direct'])) * 1000:+.1f} ms |",
+    ]
+
+
 def parse_figures(base: Path) -> list[str]:
     raw = os.urandom(50 * MIB)
     gbs_path = base / "big.gbs"
@@ -191,6 +255,15 @@ def parse_figures(base: Path) -> list[str]:
 def main() -> int:
     load = LoadAverage()
     started = time.perf_counter()
+    if sys.argv[1:] == ["--backend-choice"]:
+        with tempfile.TemporaryDirectory(prefix="bench-fpga-hook-") as directory:
+            rows = backend_choice_figures(Path(directory))
+        load.sample()
+        command = ".venv/bin/python bench/bench_fpga_hook.py --backend-choice"
+        print(header(command, load, time.perf_counter() - started))
+        print("\n### The hook's FME backend chosen by the node's sysfs\n")
+        print("\n".join(rows))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-fpga-hook-") as directory:
         base = Path(directory)
         hook_rows = hook_figures(base)

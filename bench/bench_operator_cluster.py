@@ -14,6 +14,9 @@ process with the Deployment's flags and its ServiceAccount token (``k8stest.oper
   ``objectSelector``, so the API server's own share of the latency (authentication, schema, dry run) shows.
 - ``samples``: the 8 sample CRs of ``deploy/operator/samples`` created; reports when every CR's status names
   its DaemonSet, and the operator's current RSS (VmRSS) then, after a settling pause.
+- ``cycles``: ``--cycles`` rounds of creating the 8 sample CRs and deleting them again; for each round the
+  time from the first create to all 8 DaemonSets existing, and the operator's CPU time (user + system) for
+  the whole round (creates, statuses, deletes, until the DaemonSets are gone and 2 s of quiet); medians.
 - ``status``: ``--nodes`` kwok nodes in 8 pools, one GPU CR per pool; reports when all 8 DaemonSets are Ready
   and how long after that every CR's status shows the right desired/ready counts and node names.
 
@@ -25,6 +28,8 @@ The operator's peak RSS (VmHWM) so far is printed after each step.
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -98,6 +103,60 @@ def samples(client: KubeClient, pid: int, settle_s: float = 5.0) -> dict[str, An
     for body in crs:
         client.delete(cr_path(DeviceKind.from_kind(body["kind"]), body["metadata"]["name"]))
     return result
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cycles(client: KubeClient, pid: int, rounds: int, quiet_s: float = 2.0) -> dict[str, Any]:
+    """Create the 8 samples, wait for their DaemonSets and statuses, delete them, ``rounds`` times."""
+    import yaml
+
+    crs = [yaml.safe_load(p.read_text()) for p in sorted(SAMPLES.glob("deviceplugin_v1_*.yaml"))]
+    wanted = {DeviceKind.from_kind(b["kind"]).daemonset_name(b["metadata"]["name"]) for b in crs}
+    ds_path = f"/apis/apps/v1/namespaces/{NS}/daemonsets"
+
+    def daemonsets() -> set[str]:
+        return {d["metadata"]["name"] for d in client.get(ds_path)["items"]} & wanted
+
+    def statuses_written() -> bool:
+        for body in crs:
+            kind = DeviceKind.from_kind(body["kind"])
+            st = client.get(cr_path(kind, body["metadata"]["name"])).get("status") or {}
+            if (st.get("controlledDaemonSet") or {}).get("name") != kind.daemonset_name(
+                body["metadata"]["name"]
+            ):
+                return False
+        return True
+
+    to_daemonsets, created, cpu = [], [], []
+    for _ in range(rounds):
+        cpu_before = cpu_s(pid)
+        start = time.perf_counter()
+        for body in crs:
+            client.create(cr_path(DeviceKind.from_kind(body["kind"])), body)
+        created.append(time.perf_counter() - start)
+        wait_for("8 DaemonSets", lambda: daemonsets() == wanted, timeout=120, interval=0.01)
+        to_daemonsets.append(time.perf_counter() - start)
+        wait_for("8 sample statuses", statuses_written, timeout=120, interval=0.1)
+        time.sleep(quiet_s)
+        for body in crs:
+            client.delete(cr_path(DeviceKind.from_kind(body["kind"]), body["metadata"]["name"]))
+        wait_for("DaemonSets gone", lambda: not daemonsets(), timeout=120, interval=0.1)
+        time.sleep(quiet_s)
+        cpu.append(cpu_s(pid) - cpu_before)
+    return {
+        "rounds": rounds,
+        "first create to 8 DaemonSets s (median)": round(statistics.median(to_daemonsets), 2),
+        "first create to the 8th created s (median)": round(statistics.median(created), 2),
+        "first create to 8 DaemonSets s (each)": [round(t, 2) for t in to_daemonsets],
+        "operator CPU s per round (median)": round(statistics.median(cpu), 3),
+        "operator CPU s per round (each)": [round(c, 3) for c in cpu],
+        "operator RSS MiB now": rss_mib(pid),
+    }
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -268,7 +327,9 @@ def status(client: KubeClient, nodes: int, pools: int = 8) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "what", nargs="+", choices=("latency", "admission", "admission-baseline", "samples", "status")
+        "what",
+        nargs="+",
+        choices=("latency", "admission", "admission-baseline", "samples", "cycles", "status"),
     )
     ap.add_argument("--crs", type=int, default=50)
     ap.add_argument(
@@ -277,6 +338,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--cycles", type=int, default=6, help="rounds of the cycles step")
     args = ap.parse_args()
     bins, reason = find_binaries()
     if bins is None:
@@ -301,6 +363,9 @@ def main() -> int:
                 elif what == "samples":
                     op = next(o for o in installed.operators if o.proc.alive())
                     result = samples(client, op.proc.pid)
+                elif what == "cycles":
+                    op = next(o for o in installed.operators if o.proc.alive())
+                    result = cycles(client, op.proc.pid, args.cycles)
                 else:
                     result = status(client, args.nodes)
                 print(f"== {what}")

@@ -23,10 +23,10 @@ from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
+from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.operator.controller import ControllerConfig, Reconciler
 from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
 
 NS = "bench"
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import aiohttp
 
-from intel_device_plugins.operator.certs import issue
+from intel_device_plugins.kube.certs import issue
+from intel_device_plugins.kube.selfcerts import write_pair
 from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
-from intel_device_plugins.operator.selfcerts import write_pair
 
 
 def free_port() -> int:

@@ -41,8 +41,8 @@ from typing import Any
 
 import aiohttp
 
-from intel_device_plugins.operator.certs import issue
-from intel_device_plugins.operator.selfcerts import write_pair
+from intel_device_plugins.kube.certs import issue
+from intel_device_plugins.kube.selfcerts import write_pair
 
 
 def free_port() -> int:

@@ -12,7 +12,15 @@ ServiceAccount tokens and default periods. Then:
 - ``pod``: ``--pods`` pods with ``intel.com/l3_cache_ways: 2`` and an MBA annotation on the agent's node;
   time from the pod create to its RmdWorkload reading ``1/1`` (includes kwok marking the pod Running).
 - ``footprint``: RSS (VmRSS, VmHWM) of the operator and the agent, and their CPU use over ``--idle`` seconds
-  of idling with ``--nodes`` RMDs to poll; floor: a Python process that only imports the operator.
+  of idling with ``--nodes`` RMDs to poll; floor: a Python process that only imports the operator. The idle
+  CPU is measured twice in the same run: first with the earlier periods (``--node-state-period 10
+  --workload-resync 60``), then with the operator restarted on its defaults. Baseline, same windows: the
+  device plugins operator (``deploy/operator/self-signed``, run the same way) with the GPU sample CR over the
+  same nodes, idling beside it.
+
+Each RMD is the simulator started as the operator's ``rmd`` DaemonSet runs RMD: its arguments, the shipped
+``intel-rmd-config`` and the Secrets laid out as the pod would mount them (signature ACL, client certificate
+in the admin directory).
 
     .venv/bin/python bench/bench_rmd_cluster.py --nodes 100 --workloads 20 --pods 10 --idle 60
 """
@@ -34,21 +42,30 @@ from typing import Any
 
 import aiohttp
 import grpc
+import yaml
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
-from intel_device_plugins.rmd import pki
 from intel_device_plugins.rmd.client import RmdClient, TlsMaterial, Transport, client_ssl_context
-from intel_device_plugins.rmd.reconcile import NFD_RDT_LABEL
+from intel_device_plugins.rmd.model import RmdConfigSpec, parse
+from intel_device_plugins.rmd.reconcile import (
+    NFD_RDT_LABEL,
+    RMD_CLIENT_SECRET,
+    RMD_CONFIG_MAP,
+    rmd_daemonset,
+)
+from intel_device_plugins.sim.rmd import VolumeSources, lay_out_container
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import ControlPlane, running_control_plane
 from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.kwok import create_kwok_nodes
+from k8stest.operatorinstall import install
 from k8stest.process import ManagedProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "intel-rmd"
 API = "/apis/intel.com/v1alpha1"
+EARLIER_PERIODS = ("--node-state-period", "10", "--workload-resync", "60")  # the defaults until 2026-11-25
 
 
 def pct(values: list[float], q: float) -> float:
@@ -189,6 +206,19 @@ def _exists_and(client: KubeClient, name: str) -> bool:
         return False
 
 
+def idle(
+    seconds: float, label: str, operator: ManagedProcess, agent: ManagedProcess, baseline: ManagedProcess
+) -> dict[str, float]:
+    """CPU of each process over the same ``seconds`` of idling, in % of one core."""
+    procs = {"operator": operator, "agent": agent, "dp_operator_baseline": baseline}
+    before = {name: cpu_seconds(p.pid) for name, p in procs.items()}
+    time.sleep(seconds)
+    return {
+        f"{name}_idle_cpu_pct_{label}": round(100 * (cpu_seconds(p.pid) - before[name]) / seconds, 2)
+        for name, p in procs.items()
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -212,18 +242,29 @@ def main() -> int:
         kubectl(cp, "apply", "-k", str(ROOT / "deploy" / "rmd" / "default"))
         kubectl(cp, "wait", "--for=condition=Established", "crd/rmdworkloads.intel.com", "--timeout=60s")
         kubectl(cp, "scale", "-n", NS, "deployment", "intel-rmd-operator", "--replicas=0")
-        ca = pki.new_ca()
-        server, cl = pki.new_server(ca), pki.new_client(ca)
-        certs, tls = work / "certs", work / "tls"
-        certs.mkdir()
+        certs = subprocess.run(
+            [str(Path(sys.executable).parent / "intel-rmd-certs"), "--namespace", NS],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        kubectl(cp, "apply", "-f", "-", stdin=certs)
+        secrets = {
+            d["metadata"]["name"]: {k: v.encode() for k, v in d["stringData"].items()}
+            for d in yaml.safe_load_all(certs)
+        }
+        tls = work / "tls"
         tls.mkdir()
-        for d, files in (
-            (certs, (("ca.pem", ca.cert), ("rmd-cert.pem", server.cert), ("rmd-key.pem", server.key))),
-            (tls, (("ca.crt", ca.cert), ("tls.crt", cl.cert), ("tls.key", cl.key))),
-        ):
-            for name, data in files:
-                (d / name).write_bytes(data)
+        for name, data in secrets[RMD_CLIENT_SECRET].items():
+            (tls / name).write_bytes(data)
         nodes = create_kwok_nodes(client, args.nodes, prefix="bench-rmd-", labels={NFD_RDT_LABEL: "true"})
+        shipped = yaml.safe_load((ROOT / "deploy" / "rmd" / "manager" / "rmd-config.yaml").read_text())
+        sources: VolumeSources = {
+            ("configMap", RMD_CONFIG_MAP): {k: v.encode() for k, v in shipped["data"].items()},
+            **{("secret", name): data for name, data in secrets.items()},
+        }
+        ds = rmd_daemonset(parse(RmdConfigSpec, {}), {"name": "rmdconfig", "uid": "-"}, NS, "-")
+        rmd_args = lay_out_container(ds["spec"]["template"]["spec"], "rmd", sources, work / "rmd-root")
         urls_file = work / "urls"
         sim = ManagedProcess(
             "rmd-sim",
@@ -231,10 +272,13 @@ def main() -> int:
                 sys.executable,
                 "-m",
                 "intel_device_plugins.sim.rmd",
+                "--root",
+                str(work / "rmd-root"),
+                *rmd_args,
+                "--address",
+                "127.0.0.1",
                 "--count",
                 str(args.nodes),
-                "--certs",
-                str(certs),
                 "--urls-file",
                 str(urls_file),
             ],
@@ -244,18 +288,27 @@ def main() -> int:
         wait_for("simulated RMDs", urls_file.exists, timeout=60)
         urls = urls_file.read_text().split()
         env = {**os.environ, "POD_NAMESPACE": NS, "POD_NAME": "bench-operator"}
+        operator_argv = [
+            sys.executable,
+            "-m",
+            "intel_device_plugins.rmd.operator",
+            "--tls-dir",
+            str(tls),
+            *[f"--rmd-endpoint={n}={u}" for n, u in zip(nodes, urls, strict=True)],
+        ]
+        operator_env = {**env, "KUBECONFIG": str(cp.service_account_kubeconfig(NS, "intel-rmd-operator"))}
         operator = ManagedProcess(
             "operator",
-            [
-                sys.executable,
-                "-m",
-                "intel_device_plugins.rmd.operator",
-                "--tls-dir",
-                str(tls),
-                *[f"--rmd-endpoint={n}={u}" for n, u in zip(nodes, urls, strict=True)],
-            ],
+            [*operator_argv, *EARLIER_PERIODS],
             work / "operator.log",
-            env={**env, "KUBECONFIG": str(cp.service_account_kubeconfig(NS, "intel-rmd-operator"))},
+            env=operator_env,
+        )
+        baseline = install(cp, work / "dp-operator")
+        kubectl(
+            cp,
+            "apply",
+            "-f",
+            str(ROOT / "deploy" / "operator" / "samples" / "deviceplugin_v1_gpudeviceplugin.yaml"),
         )
         cap = {"intel.com/l3_cache_ways": "12", "cpu": "32", "memory": "64Gi", "pods": "110"}
         client.request(
@@ -311,12 +364,15 @@ def main() -> int:
             results.update(pods(client, nodes[0], lister, args.pods))
             print(json.dumps(results), flush=True)
             time.sleep(15)  # let the last reconciles settle before measuring idle
-            before = {p.name: cpu_seconds(p.pid) for p in (operator, agent)}
-            time.sleep(args.idle)
+            dp_operator = next(o for o in baseline.operators if o.proc.alive()).proc
+            results.update(idle(args.idle, "earlier_periods", operator, agent, dp_operator))
+            operator.stop()  # the same identity takes its Lease back at once
+            operator = ManagedProcess(
+                "operator", operator_argv, work / "operator-defaults.log", env=operator_env
+            )
+            time.sleep(15)  # start-up reads every RMD once; idle begins after that
+            results.update(idle(args.idle, "default_period", operator, agent, dp_operator))
             for p in (operator, agent):
-                results[f"{p.name}_idle_cpu_pct"] = round(
-                    100 * (cpu_seconds(p.pid) - before[p.name]) / args.idle, 2
-                )
                 results[f"{p.name}_rss_mib"] = proc_status(p.pid, "VmRSS")
                 results[f"{p.name}_peak_rss_mib"] = proc_status(p.pid, "VmHWM")
             probe = subprocess.Popen(
@@ -327,13 +383,15 @@ def main() -> int:
             probe.kill()
             probe.wait()
             forbidden = sum(
-                "forbidden" in (work / f).read_text().lower() for f in ("operator.log", "agent.log")
+                "forbidden" in (work / f).read_text().lower()
+                for f in ("operator.log", "operator-defaults.log", "agent.log")
             )
             results["rbac_denials"] = forbidden
             print(json.dumps(results), flush=True)
         finally:
             for p in (agent, operator, sim):
                 p.stop()
+            baseline.stop()
             grpc_server.stop(None)
             client.close()
     return 0

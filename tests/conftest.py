@@ -22,6 +22,33 @@ from intel_device_plugins.sim.uevents import UeventBroadcaster
 # Control plane, kwok nodes and the kubelet's real device manager, for any test folder.
 pytest_plugins = ["k8stest.pytest_plugin"]
 
+TESTS = Path(__file__).resolve().parent
+# Fixtures that stand for something built by test/k8s/build.sh, test/node/build.sh, tools/helm/build.sh
+# or make images, and the folders whose every test needs one of them.
+BUILT_FIXTURES = frozenset({"k8s_binaries", "node_binaries", "node_images", "built", "helm", "kubectl"})
+BUILT_FOLDERS = (TESTS / "k8s", TESTS / "node", TESTS / "images")
+# Modules that render the manifests with the built kubectl for most of their tests.
+BUILT_MODULES = (
+    TESTS / "operator" / "test_operator_deploy.py",
+    TESTS / "webhooks" / "test_webhooks_deploy.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs_build: needs Kubernetes, the node, helm or the images built (make test, not make unit)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what ``make unit`` leaves out: a test using a built thing, directly or through a fixture."""
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        built_place = item.path in BUILT_MODULES or any(item.path.is_relative_to(f) for f in BUILT_FOLDERS)
+        if uses & BUILT_FIXTURES or built_place:
+            item.add_marker(pytest.mark.needs_build)
+
 
 @pytest.fixture
 def plugin_dir(tmp_path: Path) -> Path:

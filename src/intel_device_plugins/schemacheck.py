@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -28,6 +28,14 @@ class FieldError:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
+
+
+class SpecError(ValueError):
+    """Raised when a spec cannot be turned into its typed model; carries every field error found."""
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = tuple(errors)
 
 
 def check_value(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from intel_device_plugins.operator.leader import LEASE_NAME
+from intel_device_plugins.kube.leader import LEASE_NAME
 from k8stest.binaries import repo_root
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, wait_for

@@ -8,8 +8,9 @@ from typing import Any
 
 import yaml
 
-from intel_device_plugins.operator.leader import LEASE_NAME as OPERATOR_LEASE
+from intel_device_plugins.kube.leader import LEASE_NAME as OPERATOR_LEASE
 from intel_device_plugins.rmd.operator import LEASE_NAME as RMD_LEASE
+from intel_device_plugins.rmd.reconcile import RMD_CLIENT_SECRET, RMD_SERVER_SECRET
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 Rule = dict[str, Any]
@@ -54,3 +55,11 @@ def test_rmd_operator_lease_rights_are_limited_to_its_lease_but_create() -> None
     assert {v for r in leases for v in r["verbs"]} == {"create", "get", "update"}
     for rule in leases:
         assert rule.get("resourceNames") == [RMD_LEASE] or rule["verbs"] == ["create"], rule
+
+
+def test_rmd_operator_reads_and_updates_only_the_two_tls_secrets() -> None:
+    path = DEPLOY / "rmd" / "rbac" / "operator.yaml"
+    (secrets,) = rules_for(rules_of(path, "Role", "intel-rmd-operator"), "secrets")
+    assert sorted(secrets["verbs"]) == ["get", "update"]
+    assert sorted(secrets["resourceNames"]) == sorted([RMD_CLIENT_SECRET, RMD_SERVER_SECRET])
+    assert not rules_for(rules_of(path, "ClusterRole", "intel-rmd-operator"), "secrets")

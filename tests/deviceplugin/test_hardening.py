@@ -31,13 +31,9 @@ from intel_device_plugins.deviceplugin.model import (
 )
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
 from intel_device_plugins.sim.kubelet import KubeletStandIn
+from tests.builders import widget
 
 RESOURCE = "example.com/widget"
-
-
-def widget(index: int, **kwargs: object) -> DeviceInfo:
-    path = f"/dev/widget{index}"
-    return DeviceInfo(nodes=(DeviceNode(path, path),), **kwargs)  # type: ignore[arg-type]
 
 
 def blocking_read(path: str, release: threading.Event, limit: float) -> None:

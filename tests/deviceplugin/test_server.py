@@ -13,27 +13,23 @@ from pathlib import Path
 import grpc
 import pytest
 
+from intel_device_plugins.deviceplugin import server as server_module
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from intel_device_plugins.deviceplugin.manager import PluginManager
 from intel_device_plugins.deviceplugin.model import (
     CdiDevice,
     ContainerAllocation,
-    DeviceInfo,
     DeviceMap,
     DeviceNode,
     DeviceTree,
     Health,
 )
-from intel_device_plugins.deviceplugin.server import FrameworkConfig
+from intel_device_plugins.deviceplugin.server import FrameworkConfig, message_size_problem
 from intel_device_plugins.sim.kubelet import KubeletStandIn
+from tests.builders import widget
 
 RESOURCE = "example.com/widget"
-
-
-def widget(index: int, **kwargs: object) -> DeviceInfo:
-    path = f"/dev/widget{index}"
-    return DeviceInfo(nodes=(DeviceNode(path, path),), **kwargs)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -320,3 +316,82 @@ async def test_stop_withdraws_the_devices_before_the_stream_ends(
     async with running(FakePlugin(), plugin_dir):
         await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
     assert advertised(kubelet) == {}
+
+
+class Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class AbortingContext:
+    """The part of a gRPC servicer context that Allocate uses."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)
+
+
+async def test_allocate_after_stop_began_says_the_plugin_is_stopping(
+    kubelet: KubeletStandIn, plugin_dir: Path
+) -> None:
+    """SIGTERM withdraws the devices first; an Allocate arriving then must not hear "non-existing device"."""
+    async with running(FakePlugin(), plugin_dir) as manager:
+        await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
+        server = manager.servers["widget"]
+        await server.stop()
+        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["w0"])])
+        with pytest.raises(Aborted) as error:
+            await server.Allocate(request, AbortingContext())  # type: ignore[arg-type]
+    assert error.value.code == grpc.StatusCode.UNAVAILABLE
+    assert error.value.details == "example.com/widget: the plugin is stopping; w0 not allocated"
+
+
+@dataclass
+class SpyPolicyPlugin(FakePlugin):
+    seen: list[int] = field(default_factory=list)
+
+    def preferred_allocation(
+        self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> Sequence[str]:
+        self.seen.append(len(available) + len(must_include))
+        return list(available)[:size]
+
+
+async def test_preferred_allocation_drops_unknown_ids_before_the_policy_sees_them(
+    kubelet: KubeletStandIn, plugin_dir: Path
+) -> None:
+    plugin = SpyPolicyPlugin()
+    unknown = [f"ghost{i}" for i in range(10_000)]
+    async with running(plugin, plugin_dir):
+        await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
+        chosen = await kubelet.preferred(RESOURCE, [*unknown, "w2", "w0"], ["ghost7", "w2"], 10_000)
+    assert chosen == ["w2", "w0"]
+    assert plugin.seen == [3]  # w2, w0 offered and w2 insisted on; no ghost reached the policy
+
+
+def test_message_size_problem_names_the_size_and_the_limit() -> None:
+    assert message_size_problem(2_000_000, 70_000, 4_194_304) == ""
+    assert message_size_problem(3_500_000, 120_000, 4_194_304) == (
+        "the device list of 120000 devices is 3500000 bytes, near the kubelet's limit of 4194304 bytes"
+    )
+    assert message_size_problem(7_133_340, 240_000, 4_194_304) == (
+        "the device list of 240000 devices is 7133340 bytes, over the kubelet's limit of 4194304 bytes: "
+        "the kubelet will refuse it and the resource stays unusable; lower -shared-dev-num"
+    )
+
+
+async def test_a_device_list_near_the_kubelets_limit_is_reported_with_its_size(
+    kubelet: KubeletStandIn,
+    plugin_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(server_module, "KUBELET_MAX_MESSAGE_BYTES", 56)  # three widgets make 45 bytes
+    caplog.set_level(logging.WARNING)
+    async with running(FakePlugin(), plugin_dir):
+        await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
+    near = [
+        r.getMessage() for r in caplog.records if "near the kubelet's limit of 56 bytes" in r.getMessage()
+    ]
+    assert len(near) == 1 and near[0].startswith("example.com/widget: the device list of 3 devices is ")

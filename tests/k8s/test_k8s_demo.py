@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from intel_device_plugins.sim.demo import main
 from k8stest.binaries import Binaries
+from k8stest.demo import main
 
 
 def test_demo_runs_against_the_real_device_manager(

@@ -46,10 +46,18 @@ XE_SCRIPT = (
 )
 
 
-def region_pod(name: str, node: RealNode, afu: str) -> dict[str, Any]:
-    """A pod asking for the region and, as the FPGA webhook would set it, a function to run there."""
+FPGA_PORT_AFU_ID = f"/sys/bus/platform/devices/{FPGA_PORT}/afu_id"
+"""The port's function as the container sees it: its /sys is the node's."""
+
+
+def region_pod(name: str, node: RealNode, afu: str, script: str = "") -> dict[str, Any]:
+    """A pod asking for the region and, as the FPGA webhook would set it, a function to run there;
+    its command checks the port's device node, then runs ``script``."""
     pod = workload_pod(
-        name, node.name, f"set -e; ls -l /dev/{FPGA_PORT}; test -c /dev/{FPGA_PORT}", limits={REGION: "1"}
+        name,
+        node.name,
+        f"set -e; ls -l /dev/{FPGA_PORT}; test -c /dev/{FPGA_PORT}; {script or 'true'}",
+        limits={REGION: "1"},
     )
     pod["spec"]["containers"][0]["env"] = [
         {"name": "FPGA_REGION_1", "value": ARRIA10_INTERFACE},

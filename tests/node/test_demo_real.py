@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from intel_device_plugins.sim.demo import main
+from k8stest.demo import main
 from k8stest.demo_real import find_prerequisites, prerequisite_message
 from k8stest.pytest_plugin import _unavailable
 

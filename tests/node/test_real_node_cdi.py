@@ -22,8 +22,10 @@ import pytest
 import yaml
 
 from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.plugins.fpga.bitstream.build import install_simulated_gbs
 from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH
-from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB3_AFU
+from intel_device_plugins.plugins.fpga.fme import simulated_payload
+from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB0_AFU, NLB3_AFU
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient, wait_for
 from k8stest.node import RealNode, workload_pod
@@ -31,6 +33,7 @@ from k8stest.node.plugins import PODS, SamplePlugin, run_to_completion, sample_p
 from tests.node.cdi import (
     CDI_ONLY_NODE,
     CDI_ONLY_VARIABLE,
+    FPGA_PORT_AFU_ID,
     REGION,
     XE,
     XE_SCRIPT,
@@ -173,6 +176,34 @@ def test_fpga_region_pod_runs_the_installed_hook_from_the_cdi_spec(
     assert spec["devices"][0]["containerEdits"]["hooks"] == [
         {"hookName": "createRuntime", "path": CRI_HOOK_PATH}
     ]
+
+
+def test_fpga_region_pod_starts_on_the_port_the_hook_programmed(
+    fpga_region_plugin: SamplePlugin, client: KubeClient
+) -> None:
+    """With the requested bitstream in the node's store, the hook that runc runs from the CDI spec
+    programs the simulated port (the node's sysfs marks its FME as simulated, the spec passes no
+    flag) before the container starts: the container's first read of the port's afu_id is the
+    bitstream's AFU, and afterwards the node's sysfs says so too."""
+    node = fpga_region_plugin.node
+    afu_id = node.layout.sys_dir / FPGA_PORT_AFU_ID.removeprefix("/sys/")
+    assert afu_id.read_text().strip() == NLB0_AFU, "the session node's port must start on NLB0"
+    # install_simulated_gbs writes <root>/srv/intel.com/fpga/...; the node sees srv_dir as /srv.
+    bitstream = install_simulated_gbs(
+        node.layout.srv_dir.parent, ARRIA10_INTERFACE, NLB3_AFU, simulated_payload(NLB3_AFU)
+    )
+    assert bitstream.is_relative_to(node.layout.srv_dir), bitstream
+    try:
+        script = f"echo afu_id=$(cat {FPGA_PORT_AFU_ID}); test $(cat {FPGA_PORT_AFU_ID}) = {NLB3_AFU}"
+        pod, log = run_to_completion(client, node, region_pod("fpga-programmed", node, NLB3_AFU, script))
+        # A refusal of the hook is in the container's terminated state (runc's "error running hook").
+        assert pod["status"]["phase"] == "Succeeded", f"{pod['status'].get('containerStatuses')}\n{log}"
+        assert f"afu_id={NLB3_AFU}" in log.splitlines(), log
+        assert afu_id.read_text().strip() == NLB3_AFU
+    finally:
+        # The next modules (af mode, the missing-bitstream case) expect NLB0 running and no NLB3.
+        afu_id.write_text(NLB0_AFU + "\n")
+        bitstream.unlink()
 
 
 SGX_REGISTRATION = "sgx.intel.com/registration"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from intel_device_plugins.operator.certs import (
+from intel_device_plugins.kube.certs import (
     SERVING_VALIDITY,
     CertBundle,
     ca_bundle_patch,
@@ -24,7 +24,7 @@ from intel_device_plugins.operator.certs import (
     renewal_reason,
     service_dns_names,
 )
-from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+from intel_device_plugins.kube.selfcerts import SelfManagedCerts, SelfManagedConfig
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 DNS = service_dns_names("svc", "ns")

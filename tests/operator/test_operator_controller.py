@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -14,6 +15,8 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.workqueue import WorkQueue, backoff
 from intel_device_plugins.operator import cli
 from intel_device_plugins.operator.combined import COMBINED_NAME
 from intel_device_plugins.operator.controller import (
@@ -21,28 +24,12 @@ from intel_device_plugins.operator.controller import (
     FIELD_MANAGER,
     ControllerConfig,
     Reconciler,
-    build_registry,
-    kopf_settings,
     owner_key,
 )
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.workqueue import WorkQueue, backoff
+from tests.builders import merge_patch
 
 NS = "plugins"
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies it."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def ds_status(desired: int, ready: int) -> dict[str, int]:
@@ -65,6 +52,8 @@ class FakeApi:
         self.applies: list[dict[str, Any]] = []
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
         self.fail_next = 0
+        self.gets = 0
+        self.versions = itertools.count(100)
 
     def add_cr(self, kind: DeviceKind, name: str, spec: dict[str, Any]) -> None:
         self.crs[(kind.plural, name)] = {
@@ -81,6 +70,7 @@ class FakeApi:
 
     async def get(self, res: Any, name: str) -> Any:
         self._maybe_fail()
+        self.gets += 1
         key = (res._api_info.plural, name)
         if key not in self.crs:
             raise ApiError(status=Status(code=404, message="not found"))
@@ -104,6 +94,11 @@ class FakeApi:
             self.applies.append(copy.deepcopy(obj))
             stored = copy.deepcopy(obj)
             stored["metadata"]["uid"] = f"ds-{name}"
+            stored["metadata"]["resourceVersion"] = str(next(self.versions))
+            before = self.daemonsets.get(name)
+            generation = before["metadata"]["generation"] if before else 0
+            changed = before is None or before["spec"] != stored["spec"]
+            stored["metadata"]["generation"] = generation + 1 if changed else generation
             stored["status"] = self.daemonsets.get(name, {}).get("status", ds_status(0, 0))
             self.daemonsets[name] = stored
             return DaemonSet.from_dict(stored)
@@ -111,8 +106,9 @@ class FakeApi:
         plural = res._api_info.plural
         cr = self.crs[(plural, name)]
         cr["status"] = merge_patch(cr.get("status") or {}, obj["status"])
+        cr["metadata"]["resourceVersion"] = str(next(self.versions))
         self.status_patches.append((name, obj["status"]))
-        return None
+        return copy.deepcopy(cr)  # the API server answers with the patched object
 
     def list(
         self,
@@ -197,6 +193,75 @@ async def test_reconcile_applies_owned_daemonset_and_writes_status_once() -> Non
         1,
         ["n1", "n2"],
     )
+
+
+async def test_watch_events_that_echo_own_writes_are_not_queued() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    cr, ds = api.crs[("gpudeviceplugins", "a")], api.daemonsets["intel-gpu-plugin-a"]
+    rec.on_cr_event(DeviceKind.GPU, "MODIFIED", cr)  # our status write coming back
+    rec.on_daemonset_event("ADDED", ds)  # our apply coming back
+    assert len(rec.queue) == 0
+    rec.on_daemonset_event("DELETED", ds)  # a deletion is never an echo
+    assert len(rec.queue) == 1
+    changed = copy.deepcopy(cr)
+    changed["metadata"]["resourceVersion"] = "999"  # someone else wrote after us
+    rec.on_cr_event(DeviceKind.GPU, "MODIFIED", changed)
+    assert len(rec.queue) == 1  # the same key, once
+    assert await rec.queue.get() == (DeviceKind.GPU, "a")
+
+
+async def test_the_watched_body_spares_reading_the_cr_again() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    rec = make(api)
+    rec.on_cr_event(DeviceKind.GPU, "ADDED", copy.deepcopy(api.crs[("gpudeviceplugins", "a")]))
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert api.gets == 0 and len(api.applies) == 1
+    await rec.reconcile(DeviceKind.GPU, "a")  # no event since: read from the API server
+    assert api.gets == 1
+
+
+async def test_a_daemonset_still_as_applied_is_not_applied_again() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    ds = copy.deepcopy(api.daemonsets["intel-gpu-plugin-a"])
+    ds["status"] = ds_status(3, 0)  # the controller manager moved the status only
+    ds["metadata"]["resourceVersion"] = "500"
+    rec.on_daemonset_event("MODIFIED", ds)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert len(api.applies) == 1
+    assert api.crs[("gpudeviceplugins", "a")]["status"]["desiredNumberScheduled"] == 3
+    edited = copy.deepcopy(ds)
+    edited["metadata"]["labels"]["app"] = "renamed"  # a hand edit of a managed label keeps the generation
+    rec.on_daemonset_event("MODIFIED", edited)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert len(api.applies) == 2
+    respecced = copy.deepcopy(api.daemonsets["intel-gpu-plugin-a"])
+    respecced["metadata"]["generation"] += 1  # a hand edit of the spec
+    rec.on_daemonset_event("MODIFIED", respecced)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert len(api.applies) == 3
+
+
+async def test_a_deleted_crs_daemonset_going_needs_no_reconcile() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    cr = api.crs.pop(("gpudeviceplugins", "a"))
+    rec.on_cr_event(DeviceKind.GPU, "DELETED", cr)
+    assert await rec.queue.get() == (DeviceKind.GPU, "a")
+    reads = api.gets
+    await rec.reconcile(DeviceKind.GPU, "a")
+    rec.queue.done((DeviceKind.GPU, "a"))
+    assert api.gets == reads  # known gone: not read again
+    rec.on_daemonset_event("DELETED", api.daemonsets["intel-gpu-plugin-a"])  # garbage collection
+    assert len(rec.queue) == 0
 
 
 async def test_sha_override_reaches_the_daemonset() -> None:
@@ -294,17 +359,6 @@ def test_owner_key() -> None:
     }
     assert owner_key(odd, ALL_KINDS) is None
     assert owner_key({}, ALL_KINDS) is None
-
-
-def test_registry_watches_enabled_kinds_and_owned_daemonsets() -> None:
-    rec = make(FakeApi(), kinds=(DeviceKind.GPU, DeviceKind.QAT))
-    handlers = build_registry(rec)._watching.get_all_handlers()
-    names = {str(h.selector.any_name if h.selector else ""): h for h in handlers}
-    assert sorted(names) == ["daemonsets", "gpudeviceplugins", "qatdeviceplugins"]
-    ds_handler = names["daemonsets"]
-    assert ds_handler.labels == {"app.kubernetes.io/managed-by": "intel-deviceplugin-operator"}
-    settings = kopf_settings()
-    assert settings.peering.standalone and settings.scanning.disabled and not settings.posting.enabled
 
 
 async def test_workqueue_dedupes_and_requeues_dirty_keys() -> None:
@@ -508,7 +562,7 @@ def test_every_event_queues_one_combined_reconcile() -> None:
 
 def test_setting_from_flag_and_env() -> None:
     p = cli.parser()
-    assert p.parse_args(cli.normalise_dashes(["-combined-plugin-process"], p)).combined_plugin_process
+    assert p.parse_args(["-combined-plugin-process"]).combined_plugin_process
     assert not p.parse_args([]).combined_plugin_process
     assert cli.combined_mode(False, {"DEVICEPLUGIN_COMBINED": "true"}) is True
     assert cli.combined_mode(True, {"DEVICEPLUGIN_COMBINED": "false"}) is False
@@ -519,16 +573,3 @@ def test_setting_from_flag_and_env() -> None:
         assert "DEVICEPLUGIN_COMBINED" in str(exc)
     else:
         raise AssertionError("a bad DEVICEPLUGIN_COMBINED must be refused")
-
-
-def test_in_cluster_server_comes_from_the_kubernetes_service_variables() -> None:
-    from intel_device_plugins.operator.controller import in_cluster_server
-
-    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}) == (
-        "https://10.0.0.1:443"
-    )
-    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}) == (
-        "https://[fd00::1]:6443"
-    )
-    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is None
-    assert in_cluster_server({}) is None

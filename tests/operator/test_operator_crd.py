@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from intel_device_plugins.operator import crdgen
+from intel_device_plugins.cmd import crdgen
+from intel_device_plugins.operator.crdgen import crd
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
@@ -20,12 +21,12 @@ def test_committed_crds_are_current() -> None:
     stale = sorted(n for n in expected if on_disk.get(n) != expected[n])
     extra = sorted(set(on_disk) - set(expected))
     assert not stale and not extra, (
-        f"stale {stale}, unexpected {extra}: run python -m intel_device_plugins.operator.crdgen deploy/crds"
+        f"stale {stale}, unexpected {extra}: run python -m intel_device_plugins.cmd.crdgen deploy/crds"
     )
 
 
 def _props(kind: DeviceKind) -> dict[str, Any]:
-    version = crdgen.crd(kind)["spec"]["versions"][0]
+    version = crd(kind)["spec"]["versions"][0]
     props: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     return props
 
@@ -67,7 +68,7 @@ def test_spec_fields(kind: DeviceKind) -> None:
 
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
 def test_crd_shape(kind: DeviceKind) -> None:
-    doc = crdgen.crd(kind)
+    doc = crd(kind)
     spec = doc["spec"]
     assert doc["metadata"]["name"] == f"{kind.plural}.deviceplugin.intel.com"
     assert spec["scope"] == "Cluster"
@@ -105,7 +106,7 @@ def _assert_structural(schema: dict[str, Any], path: str = "") -> None:
 
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
 def test_schema_is_structural(kind: DeviceKind) -> None:
-    _assert_structural(crdgen.crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    _assert_structural(crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
 
 
 def test_enums_bounds_and_defaults() -> None:

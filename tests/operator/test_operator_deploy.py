@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from intel_device_plugins.operator import crdgen
+from intel_device_plugins.cmd import crdgen
 from intel_device_plugins.operator.kinds import ALL_KINDS, API_VERSION, DeviceKind
 from intel_device_plugins.operator.validation import default_spec, validate_object
 from k8stest.binaries import find_binaries, in_ci

@@ -1,4 +1,4 @@
-"""The operator's real kopf and lightkube wiring against a small in-process HTTP API server.
+"""The operator's real watch and lightkube wiring against a small in-process HTTP API server.
 
 This is no substitute for the real control plane (no admission, no controllers, simplified apply), but it
 runs the same code paths over HTTP: discovery, list and watch streams, server-side apply of the DaemonSet,
@@ -22,12 +22,13 @@ import pytest
 import yaml
 from aiohttp import web
 
+from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.operator.combined import COMBINED_NAME
 from intel_device_plugins.operator.controller import ControllerConfig, run_controllers
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
+from tests.builders import merge_patch
 
 NS = "plugins"
 
@@ -98,18 +99,6 @@ DISCOVERY: dict[str, Any] = {
         ],
     },
 }
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
@@ -522,7 +511,7 @@ async def test_combined_mode_over_http(cluster: FakeApiServer) -> None:
 async def test_leader_election_over_http(cluster: FakeApiServer) -> None:
     from lightkube import AsyncClient
 
-    from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
+    from intel_device_plugins.kube.leader import ElectionConfig, LeaderElector
 
     def elector(name: str) -> LeaderElector:
         cfg = ElectionConfig(NS, name, lease_duration_s=1, renew_deadline_s=0.8, retry_period_s=0.1)
@@ -564,8 +553,8 @@ async def test_self_managed_certificates_over_http(cluster: FakeApiServer, tmp_p
 
     from lightkube import AsyncClient
 
-    from intel_device_plugins.operator.certs import service_dns_names
-    from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
+    from intel_device_plugins.kube.certs import service_dns_names
+    from intel_device_plugins.kube.selfcerts import SelfManagedCerts, SelfManagedConfig
 
     cluster.put(
         ("api/v1", "secrets", NS, "cert"),

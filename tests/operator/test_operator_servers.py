@@ -22,12 +22,8 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
-from intel_device_plugins.operator import cli
-from intel_device_plugins.operator.certs import CertBundle, issue, renewal_reason, service_dns_names
-from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig, write_pair
-from intel_device_plugins.operator.webhook_server import (
+from intel_device_plugins.kube.certs import CertBundle, issue, renewal_reason, service_dns_names
+from intel_device_plugins.kube.https import (
     ServingCert,
     health_app,
     metrics_app,
@@ -35,6 +31,14 @@ from intel_device_plugins.operator.webhook_server import (
     start,
     webhook_app,
 )
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.selfcerts import SelfManagedCerts, SelfManagedConfig, write_pair
+from intel_device_plugins.operator import cli
+from intel_device_plugins.operator.admission import review_handlers
+from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.webhooks.cli import pod_webhooks
+from tests.webhooks.podfixtures import pod, with_resources
+from tests.webhooks.podfixtures import review as pod_review
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -63,7 +67,7 @@ async def test_webhook_server_over_tls_with_reload(tmp_path: Path) -> None:
     serving = ServingCert(tmp_path)
     assert serving.reload_if_changed() and not serving.reload_if_changed()
     metrics = Metrics()
-    runner = await start(webhook_app(metrics), "127.0.0.1", 0, serving.context)
+    runner = await start(webhook_app(metrics, review_handlers()), "127.0.0.1", 0, serving.context)
     port = runner.addresses[0][1]
     url = f"https://localhost:{port}"
     try:
@@ -243,11 +247,7 @@ async def test_self_managed_issue_store_and_inject(tmp_path: Path, with_secret: 
 
 def test_cli_flags() -> None:
     p = cli.parser()
-    opts = p.parse_args(
-        cli.normalise_dashes(
-            ["-leader-elect", "-devices=gpu", "--devices", "qat", "-deviceplugin-namespace", "x"], p
-        )
-    )
+    opts = p.parse_args(["-leader-elect", "-devices=gpu", "--devices", "qat", "-deviceplugin-namespace", "x"])
     assert opts.leader_elect and opts.deviceplugin_namespace == "x"
     assert cli.select_devices(opts.devices) == (DeviceKind.GPU, DeviceKind.QAT)
     assert cli.select_devices(None) == ALL_KINDS
@@ -260,7 +260,7 @@ def test_cli_flags() -> None:
     }
     assert cli.identity({"POD_NAME": "pod-1"}) == "pod-1"
     assert cli.main(["--devices=foo"]) == 1
-    off = p.parse_args(cli.normalise_dashes(["-leader-elect=false", "--metrics-secure=true"], p))
+    off = p.parse_args(["-leader-elect=false", "--metrics-secure=true"])
     assert off.leader_elect is False and off.metrics_secure is True
     with pytest.raises(SystemExit):
         p.parse_args(["--leader"])  # no abbreviations, as with Go's flag package
@@ -306,7 +306,7 @@ async def test_cli_serves_webhooks_without_a_reachable_api(
             "0",
         ]
     )
-    task = asyncio.create_task(cli.amain(opts, {"DEVICEPLUGIN_NAMESPACE": "ns"}))
+    task = asyncio.create_task(cli.amain(opts, {"DEVICEPLUGIN_NAMESPACE": "ns"}, pod_webhooks))
     try:
         async with aiohttp.ClientSession() as s:
             for _ in range(100):
@@ -323,6 +323,12 @@ async def test_cli_serves_webhooks_without_a_reachable_api(
                 ssl=client_ctx(bundle),
             ) as r:
                 assert (await r.json())["response"]["allowed"] is True
+            # The pod webhooks of the enabled kinds are served beside the CR ones.
+            asking = pod_review(pod(with_resources("app", {"sgx.intel.com/epc": "1Mi"})))
+            async with s.post(
+                "https://localhost:19744/mutate--v1-pod", json=asking, ssl=client_ctx(bundle)
+            ) as r:
+                assert (await r.json())["response"]["patchType"] == "JSONPatch"
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -354,7 +360,7 @@ def test_self_managed_mode_keeps_cryptography_out_of_the_operator_process() -> N
     import subprocess
     import sys
 
-    code = "import sys, intel_device_plugins.operator.selfcerts; print('cryptography' in sys.modules)"
+    code = "import sys, intel_device_plugins.kube.selfcerts; print('cryptography' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
 
@@ -362,7 +368,7 @@ def test_self_managed_mode_keeps_cryptography_out_of_the_operator_process() -> N
 async def test_a_known_good_secret_is_not_checked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from intel_device_plugins.operator import selfcerts
+    from intel_device_plugins.kube import selfcerts
 
     calls: list[str] = []
     real = selfcerts.certificate_request

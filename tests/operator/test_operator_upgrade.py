@@ -1,4 +1,4 @@
-"""Image reference parsing, semver ordering, ``_SHA`` overrides and automatic upgrades (§1.6)."""
+"""Image reference parsing, semver ordering, ``_SHA`` overrides and automatic upgrades."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_plugin_image_flag_wins_over_environment() -> None:
     assert cli.image_env(env) == {"X_SHA": "y", PLUGIN_IMAGE_ENV: env[PLUGIN_IMAGE_ENV]}
     assert cli.image_env(env, "flag/intel-device-plugins-node:0.1.0")[PLUGIN_IMAGE_ENV].startswith("flag/")
     assert PLUGIN_IMAGE_ENV not in cli.image_env({"PATH": "/bin"})
-    opts = cli.parser().parse_args(cli.normalise_dashes(["-deviceplugin-image=a/b:1.0.0"], cli.parser()))
+    opts = cli.parser().parse_args(["-deviceplugin-image=a/b:1.0.0"])
     assert opts.deviceplugin_image == "a/b:1.0.0"
 
 

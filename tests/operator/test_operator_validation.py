@@ -1,4 +1,4 @@
-"""Accept and reject tables for the defaulting and validating rules of every kind (§1.3)."""
+"""Accept and reject tables for the defaulting and validating rules of every kind."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ ACCEPT: list[tuple[DeviceKind, dict[str, Any]]] = [
     (DeviceKind.FPGA, {"image": node_image(), "initImage": node_image(), "mode": "region"}),
     (DeviceKind.GPU, {"image": img("gpu"), "sharedDevNum": 2, "preferredAllocationPolicy": "packed"}),
     (DeviceKind.GPU, {"image": img("gpu"), "preferredAllocationPolicy": "none"}),
+    (DeviceKind.GPU, {"image": img("gpu"), "sharedDevNum": 1000}),
     (DeviceKind.GPU, {"image": img("gpu"), "allowIDs": "0x56a0,0x56a1"}),
     (DeviceKind.GPU, {"image": img("gpu"), "denyIDs": "0x0bda"}),
     (DeviceKind.GPU, {"image": f"intel/intel-gpu-plugin@{DIGEST}"}),
@@ -105,6 +106,30 @@ REJECT: list[tuple[DeviceKind, dict[str, Any], str, str]] = [
         "should be greater than or equal to 1",
     ),
     (DeviceKind.DSA, {"image": img("dsa"), "driver": "uio"}, "spec.driver", 'unsupported value "uio"'),
+    (
+        DeviceKind.GPU,
+        {"image": img("gpu"), "sharedDevNum": 40000},
+        "spec.sharedDevNum",
+        "should be less than or equal to 1000",
+    ),
+    (
+        DeviceKind.IAA,
+        {"image": img("iaa"), "sharedDevNum": 1001},
+        "spec.sharedDevNum",
+        "less than or equal to 1000",
+    ),
+    (
+        DeviceKind.NPU,
+        {"image": img("npu"), "sharedDevNum": 1001},
+        "spec.sharedDevNum",
+        "less than or equal to 1000",
+    ),
+    (
+        DeviceKind.DSA,
+        {"image": img("dsa"), "sharedDevNum": 1001},
+        "spec.sharedDevNum",
+        "less than or equal to 1000",
+    ),
     (DeviceKind.FPGA, {"image": img("fpga"), "mode": "bogus"}, "spec.mode", 'unsupported value "bogus"'),
     (DeviceKind.FPGA, {"image": img("gpu")}, "spec.image", 'incorrect image name "intel-gpu-plugin"'),
     (

@@ -19,7 +19,10 @@ from intel_device_plugins.rmd.agent import (
     needs_update,
     quantity,
 )
+from intel_device_plugins.rmd.model import RmdWorkloadSpec, parse
 from intel_device_plugins.rmd.nodeagent import list_pod_resources, wants_cache
+from intel_device_plugins.rmd.payload import build_payload
+from intel_device_plugins.sim.rmd import RmdState
 
 SAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "rmd" / "samples"
 
@@ -44,10 +47,9 @@ def test_guaranteed_pod_becomes_an_owned_workload() -> None:
         "name": "pod-guaranteed-cache",
         "uid": "uid-1",
         "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    }  # no blockOwnerDeletion: that would need pods/finalizers, which the agent is not granted
     assert d.workload["spec"] == {
-        "coreIds": ["1-2,49"],
+        "coreIds": ["1-2", "49"],
         "rdt": {"cache": {"max": 2, "min": 2}},
         "nodes": ["n1"],
     }
@@ -57,9 +59,12 @@ def test_annotations_become_mba_and_pstate() -> None:
     (mba,) = desired_workloads(_pod("pod-guaranteed-cache-mba.yaml"), {"container1": [4, 5, 6]})
     assert mba.workload is not None
     assert mba.workload["spec"]["rdt"] == {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}}
-    (ps,) = desired_workloads(_pod("pod-guaranteed-cache-pstate.yaml"), {"container1": [7]})
+    (ps,) = desired_workloads(_pod("pod-guaranteed-cache-pstate.yaml"), {"container1": [1, 2, 9]})
     assert ps.workload is not None
     assert ps.workload["spec"]["plugins"] == {"pstate": {"ratio": "1.5", "monitoring": "on"}}
+    # RMD's P-state plugin reads each element as one CPU or one range.
+    spec = parse(RmdWorkloadSpec, ps.workload["spec"])
+    assert RmdState().create(build_payload(spec, "team-a/x"))["core_ids"] == ["1-2", "9"]
 
 
 def test_multi_container_annotations_stay_with_their_container() -> None:

@@ -19,11 +19,12 @@ from intel_device_plugins.rmd.cacheways import (
     build_plugins,
     device_tree,
     guaranteed_ways,
+    held_outside_the_kubelet,
     merge,
 )
 from intel_device_plugins.rmd.client import RmdClient, TlsMaterial, Transport, client_ssl_context
 from intel_device_plugins.sim.kubelet import KubeletStandIn
-from intel_device_plugins.sim.rmd import Machine, RmdState, serve_rmd, server_tls
+from intel_device_plugins.sim.rmd import Acl, Machine, RmdState, serve_rmd, server_tls
 
 
 def test_ids_and_numa_follow_upstream() -> None:
@@ -41,6 +42,33 @@ def test_ways_handed_to_workloads_stay_advertised_and_a_new_layout_starts_over()
     assert after.devices == known.devices
     other = guaranteed_ways(RmdState(Machine(sockets=1, guaranteed_ways="1-2")).cache_level("l3"))
     assert merge(after, other) == other
+
+
+def test_ways_taken_outside_the_kubelet_turn_unhealthy() -> None:
+    """A hand-written workload takes ways the kubelet never allocated: they must not stay allocatable."""
+    rmd = RmdState(Machine(sockets=1, guaranteed_ways="1-6"))
+    known = guaranteed_ways(rmd.cache_level("l3"))
+    rmd.create(
+        {"core_ids": ["0-1"], "rdt": {"cache": {"max": 2, "min": 2}}, "uuid": "team-a/pod-rmd-workload-c1"}
+    )
+    rmd.create({"core_ids": ["2"], "rdt": {"cache": {"max": 3, "min": 3}}, "uuid": "team-a/by-hand"})
+    rmd.create({"core_ids": ["3"], "rdt": {"cache": {"max": 0, "min": 0}}, "uuid": "team-a/shared"})
+    known = merge(known, guaranteed_ways(rmd.cache_level("l3")))
+    unavailable = held_outside_the_kubelet(known, rmd.cache_level("l3"), rmd.list_workloads())
+    assert unavailable == {"04", "05", "06"}
+    tree = device_tree(known, True, unavailable)["l3_cache_ways"]
+    healthy = [i for i, d in tree.items() if d.health.value == "Healthy"]
+    # 1 free way plus the pod's 2 (allocated by the kubelet, now held by its workload): what RMD can honour.
+    assert len(healthy) == 3
+    rmd.delete("2")
+    assert held_outside_the_kubelet(known, rmd.cache_level("l3"), rmd.list_workloads()) == frozenset()
+
+
+def test_ids_stay_unique_beyond_ten_numa_nodes() -> None:
+    caches = RmdState(Machine(sockets=12, cpus_per_socket=1, guaranteed_ways="1-11")).cache_level("l3")
+    ways = guaranteed_ways(caches)
+    assert len(ways.devices) == 12 * 11
+    assert ways.devices["1-11"] == 1 and ways.devices["11-1"] == 11
 
 
 def test_malformed_answers_name_the_cache() -> None:
@@ -84,7 +112,9 @@ async def test_serves_the_kubelet_and_follows_rmd(
     transport = Transport(client_ssl_context(TlsMaterial(ca.cert, client.cert, client.key)))
     state = RmdState(Machine(guaranteed_ways="1-3"))
     resource = "intel.com/l3_cache_ways"
-    async with serve_rmd(state, tls=tls) as url:
+    (tmp_path / "admin").mkdir()
+    (tmp_path / "admin" / "plugin.pem").write_bytes(client.cert)
+    async with serve_rmd(state, tls=tls, acl=Acl(admincert=tmp_path / "admin")) as url:
         plugin = CacheWaysPlugin(url, transport, refresh_s=0.1, retry_s=0.1)
         config = FrameworkConfig(device_plugin_dir=plugin_dir, cdi_dir=tmp_path / "cdi", scan_interval=0.1)
         stop = asyncio.Event()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import ssl
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -20,10 +22,12 @@ from intel_device_plugins.rmd.client import (
     RmdUnreachable,
     TlsConfigError,
     TlsMaterial,
+    TlsReloader,
     Transport,
     client_ssl_context,
+    expiry_warning,
 )
-from intel_device_plugins.sim.rmd import RmdState, serve_rmd, server_tls
+from intel_device_plugins.sim.rmd import Acl, RmdState, serve_rmd, server_tls
 
 
 def _write(directory: Path, ca: pki.Issued, server: pki.Issued) -> Path:
@@ -45,10 +49,25 @@ def server_ssl(ca: pki.Issued, tmp_path: Path) -> ssl.SSLContext:
     return server_tls(d / "ca.pem", d / "rmd-cert.pem", d / "rmd-key.pem")
 
 
+@pytest.fixture
+def acl(tmp_path: Path) -> Acl:
+    """RMD's default authorisation (``signature``) with its admin and user certificate directories."""
+    admin, user = tmp_path / "acl" / "admin", tmp_path / "acl" / "user"
+    admin.mkdir(parents=True)
+    user.mkdir(parents=True)
+    return Acl("signature", admin, user)
+
+
 def _transport(
-    ca: pki.Issued, role: str = "Admin", key_type: pki.KeyType = "ecdsa", **kw: float
+    ca: pki.Issued,
+    listed_in: Path | None = None,
+    role: str = "Admin",
+    key_type: pki.KeyType = "ecdsa",
 ) -> Transport:
+    """A client with a new certificate, placed in RMD's ``listed_in`` certificate directory if given."""
     client = pki.new_client(ca, role=role, key_type=key_type)
+    if listed_in is not None:
+        (listed_in / f"client-{len(list(listed_in.iterdir()))}.pem").write_bytes(client.cert)
     return Transport(client_ssl_context(TlsMaterial(ca.cert, client.cert, client.key)))
 
 
@@ -60,12 +79,16 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 @pytest.mark.parametrize("key_type", ["ecdsa", "rsa"])
 async def test_mutual_tls_round_trip(
-    key_type: pki.KeyType, ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+    key_type: pki.KeyType,
+    ca: pki.Issued,
+    server_ssl: ssl.SSLContext,
+    session: aiohttp.ClientSession,
+    acl: Acl,
 ) -> None:
     state = RmdState()
-    async with serve_rmd(state, tls=server_ssl) as url:
+    async with serve_rmd(state, tls=server_ssl, acl=acl) as url:
         assert url.startswith("https://")
-        rmd = RmdClient(session, _transport(ca, key_type=key_type), url)
+        rmd = RmdClient(session, _transport(ca, acl.admincert, key_type=key_type), url)
         created = await rmd.post_workload(
             {"core_ids": ["0-3"], "rdt": {"cache": {"max": 2, "min": 2}}, "uuid": "x"}
         )
@@ -80,10 +103,10 @@ async def test_mutual_tls_round_trip(
 
 
 async def test_rmd_errors_carry_status_and_text(
-    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession, acl: Acl
 ) -> None:
-    async with serve_rmd(RmdState(), tls=server_ssl) as url:
-        rmd = RmdClient(session, _transport(ca), url)
+    async with serve_rmd(RmdState(), tls=server_ssl, acl=acl) as url:
+        rmd = RmdClient(session, _transport(ca, acl.admincert), url)
         with pytest.raises(RmdApiError) as err:
             await rmd.post_workload({"core_ids": ["0"], "rdt": {"cache": {"max": 1, "min": 2}}})
         assert err.value.status == 400
@@ -95,17 +118,48 @@ async def test_rmd_errors_carry_status_and_text(
         assert err.value.status == 404
 
 
+async def test_rmd_default_acl_refuses_every_certificate(
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
+) -> None:
+    """An RMD nobody configured: signature mode with no certificate directories lets no client in."""
+    async with serve_rmd(RmdState(), tls=server_ssl) as url:
+        with pytest.raises(RmdApiError, match="intel-rmd-operator is not authorized") as err:
+            await RmdClient(session, _transport(ca, role="Admin"), url).get_workloads()
+        assert err.value.status == 401
+
+
+async def test_rmd_acl_by_certificate_signature(
+    ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession, acl: Acl
+) -> None:
+    assert acl.admincert is not None and acl.usercert is not None
+    async with serve_rmd(RmdState(), tls=server_ssl, acl=acl) as url:
+        admin = RmdClient(session, _transport(ca, acl.admincert, role="Guest"), url)
+        assert (await admin.post_workload({"core_ids": ["0"], "policy": "gold"}))["id"] == "1"
+        reader = RmdClient(session, _transport(ca, acl.usercert, role="Admin"), url)
+        assert [w["id"] for w in await reader.get_workloads()] == ["1"]
+        with pytest.raises(RmdApiError, match='User "Cert Client User" is not authorized') as err:
+            await reader.delete_workload("1")
+        assert err.value.status == 403
+        # The organisational unit counts for nothing here: only the listed certificates do.
+        stranger = RmdClient(session, _transport(ca, role="Admin"), url)
+        with pytest.raises(RmdApiError, match="intel-rmd-operator is not authorized") as err:
+            await stranger.get_workloads()
+        assert err.value.status == 401
+
+
 async def test_rmd_acl_by_certificate_role(
     ca: pki.Issued, server_ssl: ssl.SSLContext, session: aiohttp.ClientSession
 ) -> None:
-    async with serve_rmd(RmdState(), tls=server_ssl) as url:
+    async with serve_rmd(RmdState(), tls=server_ssl, acl=Acl("role")) as url:
         reader = RmdClient(session, _transport(ca, role="User"), url)
         assert await reader.get_workloads() == []
-        with pytest.raises(RmdApiError, match='User "intel-rmd-operator" is not authorized') as err:
+        with pytest.raises(RmdApiError, match="OU: User is not authorized") as err:
             await reader.post_workload({"core_ids": ["0"], "policy": "gold"})
-        assert err.value.status == 403
+        assert err.value.status == 401
+        writer = RmdClient(session, _transport(ca, role="Root"), url)
+        assert (await writer.post_workload({"core_ids": ["0"], "policy": "gold"}))["id"] == "1"
         stranger = RmdClient(session, _transport(ca, role="Guest"), url)
-        with pytest.raises(RmdApiError, match="intel-rmd-operator is not authorized") as err:
+        with pytest.raises(RmdApiError, match="OU: Guest is not authorized") as err:
             await stranger.get_workloads()
         assert err.value.status == 401
 
@@ -186,3 +240,49 @@ def test_bad_material_is_an_error_not_a_fallback(ca: pki.Issued, tmp_path: Path)
     for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
         (tmp_path / name).write_bytes(data)
     assert client_ssl_context(TlsMaterial.from_dir(tmp_path)).minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def _write_material(directory: Path, ca: pki.Issued, client: pki.Issued) -> None:
+    for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
+        (directory / name).write_bytes(data)
+
+
+def test_expired_material_is_refused_at_start_naming_the_file(ca: pki.Issued, tmp_path: Path) -> None:
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=100)
+    expired = pki.new_client(ca, validity=dt.timedelta(days=30), now=long_ago)
+    _write_material(tmp_path, ca, expired)
+    with pytest.raises(TlsConfigError, match=rf"{tmp_path}/tls\.crt: expired on "):
+        client_ssl_context(TlsMaterial.from_dir(tmp_path))
+    old_ca = pki.new_ca(validity=dt.timedelta(days=30), now=long_ago)
+    _write_material(tmp_path, old_ca, pki.new_client(ca))
+    with pytest.raises(TlsConfigError, match=r"ca\.crt: every CA certificate has expired"):
+        client_ssl_context(TlsMaterial.from_dir(tmp_path))
+
+
+def test_certificates_are_short_lived_and_expiry_is_warned_ahead(ca: pki.Issued) -> None:
+    client = pki.new_client(ca)
+    material = TlsMaterial(ca.cert, client.cert, client.key, "secret/rmd-client")
+    now = dt.datetime.now(dt.UTC)
+    assert expiry_warning(material, now) == ""
+    warning = expiry_warning(material, now + pki.VALIDITY - dt.timedelta(days=3))
+    assert warning.startswith("secret/rmd-client/tls.crt expires on ") and "(2 days)" in warning
+    issued = x509.load_pem_x509_certificate(client.cert)
+    assert issued.not_valid_after_utc - issued.not_valid_before_utc <= dt.timedelta(days=90, minutes=5)
+
+
+def test_reloader_follows_the_secret_and_keeps_good_material(
+    ca: pki.Issued, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _write_material(tmp_path, ca, pki.new_client(ca))
+    reloader = TlsReloader.start(tmp_path)
+    context = reloader.context
+    assert reloader.check() is False  # nothing changed
+    renewed = pki.new_client(ca)
+    _write_material(tmp_path, ca, renewed)
+    assert reloader.check() is True and reloader.loaded.cert == renewed.cert
+    assert reloader.context is context  # loaded in place: every client using it presents the new one
+    (tmp_path / "tls.key").write_bytes(pki.new_client(ca).key)  # half-written update: not a pair
+    with caplog.at_level(logging.ERROR):
+        assert reloader.check() is False
+    assert "keeping the current client certificate" in caplog.text and "do not belong together" in caplog.text
+    assert reloader.loaded.cert == renewed.cert

@@ -1,20 +1,24 @@
 """The RMD operator on the real control plane (kube-apiserver 1.37.2, KCM, scheduler, kwok nodes).
 
-Set-up, once for the module: ``kubectl apply -k deploy/rmd/default`` (CRDs, namespace, RBAC, Deployment),
-the TLS Secrets from ``intel-rmd-certs``' functions, and kwok nodes labelled for RDT. The operator's
-Deployment is scaled to 0 and the operator runs here as a process with its ServiceAccount's token (so the
-shipped RBAC is all it has), the Deployment's flags, and one ``--rmd-endpoint`` per node pointing at a
-simulated RMD process speaking HTTPS with client certificates, as RMD pods on those nodes would.
+Set-up, once for the module, as docs/rmd.md tells users to install: ``kubectl apply -k deploy/rmd/default``
+(CRDs, namespace, RBAC, Deployment, RMD's configuration), the Secrets ``intel-rmd-certs`` prints, kwok nodes
+labelled for RDT and the sample RmdConfig. The operator's Deployment is scaled to 0 and the operator runs
+here as a process with its ServiceAccount's token (so the shipped RBAC is all it has), the Deployment's
+flags, its client certificate read from the Secret, and one ``--rmd-endpoint`` per node. Each node's RMD is
+the simulator started from the ``rmd`` DaemonSet the operator created: its command's arguments, with the
+ConfigMap and Secrets it mounts laid out in a directory of its own, so RMD's ACL is the shipped one.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
 import ssl
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -25,15 +29,24 @@ from typing import Any
 import grpc
 import pytest
 import yaml
+from cryptography import x509
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
-from intel_device_plugins.rmd import pki
-from intel_device_plugins.rmd.reconcile import NFD_RDT_LABEL
+from intel_device_plugins.rmd import rotation
+from intel_device_plugins.rmd.reconcile import (
+    NFD_RDT_LABEL,
+    RMD_CLIENT_SECRET,
+    RMD_CONFIG_MAP,
+    RMD_SERVER_SECRET,
+    SERVER_TLS_ANNOTATION,
+)
+from intel_device_plugins.sim.rmd import lay_out_container
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
 from k8stest.process import ManagedProcess, free_port, port_is_listening
+from tests.rmd.test_rmd_model import CORE_IDS_REFUSED
 
 pytestmark = pytest.mark.k8s
 
@@ -44,18 +57,25 @@ API = "/apis/intel.com/v1alpha1"
 TIMEOUT = 30.0
 
 
-class Rmd:
-    """One simulated RMD process and a small synchronous client for the test's own look at it."""
+def _client_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.check_hostname = False
+    return ctx
 
-    def __init__(self, node: str, certs: Path, client_dir: Path, logs: Path) -> None:
+
+class Rmd:
+    """One simulated RMD process run as the DaemonSet's container, and a small client for the test's look."""
+
+    def __init__(
+        self, node: str, root: Path, arguments: list[str], client_dir: Path, logs: Path, port: int
+    ) -> None:
         self.node = node
-        self.certs = certs
-        self.port = free_port()
+        self.root = root
+        self.arguments = arguments
+        self.port = port
         self.logs = logs
-        ctx = ssl.create_default_context(cafile=str(client_dir / "ca.crt"))
-        ctx.load_cert_chain(str(client_dir / "tls.crt"), str(client_dir / "tls.key"))
-        ctx.check_hostname = False
-        self.ctx = ctx
+        self.client_dir = client_dir
         self.proc: ManagedProcess | None = None
         self.start()
 
@@ -64,14 +84,18 @@ class Rmd:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        # The container's own arguments; only where it listens differs (one port per node on this host).
         argv = [
             sys.executable,
             "-m",
             "intel_device_plugins.sim.rmd",
-            "--port",
+            "--root",
+            str(self.root),
+            *self.arguments,
+            "--address",
+            "127.0.0.1",
+            "--tlsport",
             str(self.port),
-            "--certs",
-            str(self.certs),
         ]
         self.proc = ManagedProcess(
             f"rmd-{self.node}", argv, self.logs / f"rmd-{self.node}.log", env=dict(os.environ)
@@ -84,7 +108,9 @@ class Rmd:
             self.proc = None
 
     def workloads(self) -> list[dict[str, Any]]:
-        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=5)
+        # The client certificate as the operator has it now (a rotation changes it).
+        ctx = _client_context(*(self.client_dir / k for k in ("ca.crt", "tls.crt", "tls.key")))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=5)
         try:
             conn.request("GET", "/v1/workloads")
             data: list[dict[str, Any]] = json.loads(conn.getresponse().read())
@@ -133,25 +159,50 @@ class Setup:
         return self.admin.get(f"{API}/namespaces/{namespace}/rmdworkloads/{name}")
 
 
-def _tls(workdir: Path) -> tuple[Path, Path, dict[str, Any], dict[str, Any]]:
-    ca = pki.new_ca()
-    server = pki.new_server(ca)
-    client = pki.new_client(ca)
-    certs = workdir / "rmd-certs"
-    certs.mkdir(parents=True)
-    (certs / "ca.pem").write_bytes(ca.cert)
-    (certs / "rmd-cert.pem").write_bytes(server.cert)
-    (certs / "rmd-key.pem").write_bytes(server.key)
-    client_dir = workdir / "client-tls"
-    client_dir.mkdir()
-    for name, data in (("ca.crt", ca.cert), ("tls.crt", client.cert), ("tls.key", client.key)):
-        (client_dir / name).write_bytes(data)
-    return (
-        certs,
-        client_dir,
-        pki.secret("intel-rmd-server-tls", NS, ca, server),
-        pki.secret("intel-rmd-client-tls", NS, ca, client),
+def _install_secrets(setup: Setup) -> Path:
+    """``intel-rmd-certs --namespace intel-rmd | kubectl apply -f -``; returns the client Secret as the
+    operator's Deployment mounts it (``ca.crt``, ``tls.crt``, ``tls.key``)."""
+    certs = subprocess.run(
+        [str(Path(sys.executable).parent / "intel-rmd-certs"), "--namespace", NS],
+        capture_output=True,
+        text=True,
+        check=True,
     )
+    setup.kubectl("apply", "-f", "-", stdin=certs.stdout)
+    client_dir = setup.workdir / "client-tls"
+    client_dir.mkdir()
+    for key, data in _secret_data(setup, RMD_CLIENT_SECRET).items():
+        (client_dir / key).write_bytes(data)
+    return client_dir
+
+
+def _secret_data(setup: Setup, name: str) -> dict[str, bytes]:
+    secret = setup.admin.get(f"/api/v1/namespaces/{NS}/secrets/{name}")
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+def _rmd_pods(setup: Setup, client_dir: Path, ports: dict[str, int]) -> dict[str, Rmd]:
+    """One simulated RMD per node, run as the operator's ``rmd`` DaemonSet describes its container."""
+
+    def daemonset() -> JSON | None:
+        try:
+            return setup.admin.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/rmd")
+        except ApiError:
+            return None
+
+    pod = wait_for("the rmd DaemonSet", daemonset, timeout=TIMEOUT)["spec"]["template"]["spec"]
+    config = setup.admin.get(f"/api/v1/namespaces/{NS}/configmaps/{RMD_CONFIG_MAP}")
+    sources = {
+        ("configMap", RMD_CONFIG_MAP): {k: v.encode() for k, v in config["data"].items()},
+        ("secret", RMD_SERVER_SECRET): _secret_data(setup, RMD_SERVER_SECRET),
+        ("secret", RMD_CLIENT_SECRET): _secret_data(setup, RMD_CLIENT_SECRET),
+    }
+    rmds = {}
+    for node, port in ports.items():
+        root = setup.workdir / f"rmd-{node}"
+        arguments = lay_out_container(pod, "rmd", sources, root)
+        rmds[node] = Rmd(node, root, arguments, client_dir, setup.workdir, port)
+    return rmds
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +214,10 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
     probe.kubectl("apply", "-k", str(ROOT / "deploy" / "rmd" / "default"))
     probe.kubectl("wait", "--for=condition=Established", "crd/rmdworkloads.intel.com", "--timeout=60s")
     probe.kubectl("scale", "-n", NS, "deployment", "intel-rmd-operator", "--replicas=0")
-    certs, client_dir, server_secret, client_secret = _tls(workdir)
-    for secret in (server_secret, client_secret):
-        admin.apply_ok(f"/api/v1/namespaces/{NS}/secrets", secret)
+    client_dir = _install_secrets(probe)
     nodes = create_kwok_nodes(admin, 2, prefix="rmd-node-", labels={NFD_RDT_LABEL: "true"})
     nodes += create_kwok_nodes(admin, 1, prefix="plain-node-")
-    rmds = {n: Rmd(n, certs, client_dir, workdir) for n in nodes[:2]}
+    ports = {n: free_port() for n in nodes[:2]}
     sa_kubeconfig = cp.service_account_kubeconfig(NS, "intel-rmd-operator")
     argv = [
         sys.executable,
@@ -176,13 +225,17 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         "intel_device_plugins.rmd.operator",
         "--tls-dir",
         str(client_dir),
-        "--node-state-period",
-        "1",
         "--workload-resync",
         "5",
+        "--config-resync",
+        "5",
+        "--cert-rotation-grace",
+        "3",
+        "--tls-reload-period",
+        "1",
         "--cleanup-grace",
         "5",
-        *[f"--rmd-endpoint={n}={r.url}" for n, r in rmds.items()],
+        *[f"--rmd-endpoint={n}=https://127.0.0.1:{port}" for n, port in ports.items()],
     ]
     env = {
         **os.environ,
@@ -191,6 +244,8 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         "POD_NAME": "intel-rmd-operator-test",
     }
     operator = ManagedProcess("intel-rmd-operator", argv, workdir / "operator.log", env=env)
+    _config(probe)
+    rmds = _rmd_pods(probe, client_dir, ports)
     s = Setup(cp, admin, nodes, rmds, operator, workdir)
     try:
         yield s
@@ -247,6 +302,20 @@ def test_schema_rejects_what_upstream_accepted(setup: Setup) -> None:
     assert "RmdConfig is a singleton: metadata.name must be rmdconfig" in out.stderr
     for path in sorted(SAMPLES.glob("rmdworkload-*.yaml")):
         setup.kubectl("apply", "--dry-run=server", "-n", ns, "-f", str(path))
+    no_cache = _load("rmdworkload-guaranteed-cache-mba.yaml")
+    del no_cache["spec"]["rdt"]["cache"]
+    out = setup.kubectl(
+        "apply", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(no_cache), check=False
+    )
+    assert out.returncode != 0 and "rdt.mba needs rdt.cache" in out.stderr, out.stderr
+    # The CRD and the operator share one rule for CPU lists (tests/rmd/test_rmd_model.py).
+    for value in CORE_IDS_REFUSED:
+        bad = _load("rmdworkload-guaranteed-cache.yaml")
+        bad["spec"]["coreIds"] = [value]
+        out = setup.kubectl(
+            "apply", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(bad), check=False
+        )
+        assert out.returncode != 0 and "spec.coreIds[0]" in out.stderr, (value, out.stderr)
 
 
 def test_config_deploys_rmd_and_node_states(setup: Setup) -> None:
@@ -561,3 +630,131 @@ def test_config_changes_move_rmd_and_the_node_agent(setup: Setup) -> None:
         timeout=TIMEOUT,
     )
     setup.admin.merge_patch(f"/api/v1/nodes/{n2}", {"metadata": {"labels": {label: None}}})
+
+
+class _Kubelet:
+    """The kubelet's part in a rotation, one pass between the test's probes (so no probe meets an RMD that is
+    restarting): Secret volumes follow the Secrets (the operator's ``--tls-dir`` and every RMD's files, the
+    admin directory included), and RMD restarts, one node per pass, when the DaemonSet's template carries
+    another digest, as the kwok pods go through the rolling update the operator waits for."""
+
+    def __init__(self, setup: Setup, client_dir: Path) -> None:
+        self.setup = setup
+        self.client_dir = client_dir
+        self.started = {node: self._template()[0] for node in setup.rmds}
+        self.restarts = 0
+
+    def _template(self) -> tuple[str, JSON]:
+        ds = self.setup.admin.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/rmd")
+        template = ds["spec"]["template"]
+        digest = str((template["metadata"].get("annotations") or {}).get(SERVER_TLS_ANNOTATION, ""))
+        return digest, template["spec"]
+
+    def rolled_out(self) -> bool:
+        digest = self._template()[0]
+        return all(started == digest for started in self.started.values())
+
+    def sync(self) -> dict[str, bytes]:
+        """One kubelet pass; returns the client Secret's data."""
+        client = _secret_data(self.setup, RMD_CLIENT_SECRET)
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            tmp = self.client_dir / f".{key}.tmp"
+            tmp.write_bytes(client[key])
+            tmp.replace(self.client_dir / key)
+        digest, pod = self._template()
+        config = self.setup.admin.get(f"/api/v1/namespaces/{NS}/configmaps/{RMD_CONFIG_MAP}")
+        sources = {
+            ("configMap", RMD_CONFIG_MAP): {k: v.encode() for k, v in config["data"].items()},
+            ("secret", RMD_SERVER_SECRET): _secret_data(self.setup, RMD_SERVER_SECRET),
+            ("secret", RMD_CLIENT_SECRET): client,
+        }
+        restarted = False
+        for node, rmd in sorted(self.setup.rmds.items()):
+            lay_out_container(pod, "rmd", sources, rmd.root)
+            if self.started[node] != digest and not restarted:
+                rmd.stop()
+                rmd.start()  # a new pod: RMD reads its serving certificate and client CA again
+                self.started[node] = digest
+                self.restarts += 1
+                restarted = True
+        return client
+
+
+def _refused(rmd: Rmd, ca: bytes, cert: bytes, key: bytes, workdir: Path) -> str | None:
+    """Why RMD refuses a client holding ``cert`` and trusting ``ca``, or None when it answers."""
+    files = []
+    for name, data in (("ca", ca), ("cert", cert), ("key", key)):
+        path = workdir / f"probe-{name}.pem"
+        path.write_bytes(data)
+        files.append(path)
+    conn = http.client.HTTPSConnection("127.0.0.1", rmd.port, context=_client_context(*files), timeout=5)
+    try:
+        conn.request("GET", "/v1/workloads")
+        status = conn.getresponse().status
+    except (ssl.SSLError, ConnectionResetError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()
+    return None if status == 200 else f"HTTP {status}"
+
+
+def test_certificate_rotation_keeps_every_call_working(setup: Setup) -> None:
+    """A rotation requested on the client Secret runs its three steps while the operator enforces workloads;
+    at every moment the clients of the two newest Secret versions are let in by every RMD, and afterwards
+    only the new CA is trusted and a new workload is enforced with the new certificate."""
+    _config(setup)
+    ns = setup.namespace()
+    before = _sample_on(setup, ns, "rmdworkload-guaranteed-cache.yaml", "before-rotation", ["26-27"])
+    wait_for("enforced before", lambda: _enforced(setup, ns, before, "2/2"), timeout=TIMEOUT)
+    client_dir = setup.workdir / "client-tls"
+    kubelet = _Kubelet(setup, client_dir)
+    original = _secret_data(setup, RMD_CLIENT_SECRET)
+    setup.kubectl("annotate", "secret", "-n", NS, RMD_CLIENT_SECRET, f"{rotation.ROTATE_ANNOTATION}=now")
+    versions: list[dict[str, bytes]] = [original]
+    refusals: list[str] = []
+    responses: set[str] = set()
+    deadline = time.monotonic() + 180
+    while True:
+        assert time.monotonic() < deadline, f"rotation unfinished; versions seen: {len(versions)}"
+        client = kubelet.sync()
+        if client != versions[-1]:
+            versions.append(client)
+        for version in versions[-2:]:  # clients may still hold the previous version
+            for node, rmd in setup.rmds.items():
+                why = _refused(rmd, version["ca.crt"], version["tls.crt"], version["tls.key"], setup.workdir)
+                if why:
+                    refusals.append(f"{node}, client Secret version {versions.index(version)}: {why}")
+        states = (setup.workload(ns, before).get("status") or {}).get("workloadStates") or {}
+        responses |= {str(s.get("response")) for s in states.values()}
+        finished = (
+            rotation.phase(rotation.Tls({}, client)) is rotation.Phase.STEADY
+            and len(x509.load_pem_x509_certificates(client["ca.crt"])) == 1
+            and client["ca.crt"] != original["ca.crt"]
+            and kubelet.rolled_out()
+        )
+        if finished:
+            break
+        time.sleep(0.3)
+    assert not refusals, "a client was refused during the rotation:\n" + "\n".join(refusals[:10])
+    assert kubelet.restarts >= 3 * len(setup.rmds), "each step restarts every RMD once"
+    failed = [r for r in responses if r.startswith("Fail") and "Cannot connect" not in r]
+    assert not failed, f"the operator's calls failed other than while an RMD restarted: {failed}"
+    server = _secret_data(setup, RMD_SERVER_SECRET)
+    assert server["ca.crt"] == client["ca.crt"] and client["tls.crt"] != original["tls.crt"]
+    assert _refused(
+        setup.rmds[sorted(setup.rmds)[0]],
+        original["ca.crt"],
+        original["tls.crt"],
+        original["tls.key"],
+        setup.workdir,
+    ), "the old client certificate is no longer let in"
+    after = _sample_on(setup, ns, "rmdworkload-guaranteed-cache.yaml", "after-rotation", ["28-29"])
+    wait_for("enforced after", lambda: _enforced(setup, ns, after, "2/2"), timeout=TIMEOUT)
+    wanted = {f"{ns}/{before}", f"{ns}/{after}"}
+
+    def everywhere() -> bool | None:  # restarted RMDs start empty; the operator enforces again
+        return all(wanted <= rmd.uuids() for rmd in setup.rmds.values()) or None
+
+    wait_for("both workloads on every RMD", everywhere, timeout=TIMEOUT)
+    for name in (before, after):
+        setup.kubectl("delete", "rmdworkload", name, "-n", ns, "--timeout=60s")

@@ -10,6 +10,7 @@ from intel_device_plugins.rmd import images
 from intel_device_plugins.rmd.model import RmdConfigSpec, RmdWorkloadSpec, parse
 from intel_device_plugins.rmd.payload import (
     build_payload,
+    find,
     host_cpus,
     node_state_entry,
     parse_uuid,
@@ -25,6 +26,7 @@ from intel_device_plugins.rmd.reconcile import (
     cleanup_done,
     needs_reconcile,
     node_state_status,
+    nodes_holding,
     orphans,
     plan_config,
     plan_workload,
@@ -282,3 +284,84 @@ def test_idle_node_state_is_not_rewritten_until_the_refresh() -> None:
     assert node_state_status(first, rmd.list_workloads(), "", "T2", sync_age_s=61)["lastSync"] == "T2"
     rmd.create(build_payload(_spec(coreIds=["9"]), "ns/y"))
     assert node_state_status(first, rmd.list_workloads(), "", "T2", sync_age_s=5)["lastSync"] == "T2"
+
+
+def _carry_out(rmd: RmdState, action: NodeAction) -> None:
+    """What the operator does with one node's action, against the simulated RMD."""
+    payload = dict(action.payload or {})
+    if action.act in (Act.DELETE, Act.REPLACE):
+        rmd.delete(action.workload_id)
+    if action.act in (Act.CREATE, Act.REPLACE):
+        rmd.create(payload)
+    if action.act is Act.UPDATE:
+        rmd.patch(action.workload_id, payload)
+
+
+def _converge(rmd: RmdState, spec: RmdWorkloadSpec) -> tuple[Act, dict[str, Any]]:
+    """Two reconciles of ``spec``, then what a third would do and what RMD holds."""
+    for _ in range(2):
+        (action,) = plan_workload(spec, "ns/x", ["n1"], [_view(rmd)])
+        _carry_out(rmd, action)
+    (action,) = plan_workload(spec, "ns/x", ["n1"], [_view(rmd)])
+    held = find(rmd.list_workloads(), "ns/x")
+    assert held is not None
+    return action.act, dict(held)
+
+
+def test_non_contiguous_cpus_reach_rmd_as_elements_it_accepts() -> None:
+    rmd = RmdState()
+    spec = _spec(coreIds=["1-2,9"], nodes=["n1"], plugins={"pstate": {"ratio": "1.5"}})
+    act, held = _converge(rmd, spec)
+    assert (act, held["core_ids"]) == (Act.KEEP, ["1-2", "9"])
+    all_cores = _spec(coreIds=None, allCores=True, reservedCoreIds=["3-5"], nodes=["n1"])
+    assert build_payload(all_cores, "ns/y", frozenset(range(8)))["core_ids"] == ["0-2", "6-7"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"rdt": {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}}}, {}),
+        ({"plugins": {"pstate": {"ratio": "1.5", "monitoring": "on"}}}, {}),
+        (
+            {"rdt": {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}}},
+            {"policy": "gold", "rdt": None},
+        ),
+    ],
+)
+def test_removing_a_setting_reaches_rmd(before: dict[str, Any], after: dict[str, Any]) -> None:
+    rmd = RmdState()
+    act, _ = _converge(rmd, _spec(nodes=["n1"], **before))
+    assert act is Act.KEEP
+    final = _spec(nodes=["n1"], **after)
+    act, held = _converge(rmd, final)
+    assert act is Act.KEEP
+    assert held["rdt"]["mba"] == {} and "plugins" not in held
+    assert held.get("policy") == final.policy
+
+
+def test_a_changed_mba_is_patched_in_place() -> None:
+    rmd = RmdState()
+    _converge(rmd, _spec(nodes=["n1"], rdt={"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}}))
+    (action,) = plan_workload(
+        _spec(nodes=["n1"], rdt={"cache": {"max": 2, "min": 2}, "mba": {"percentage": 30}}),
+        "ns/x",
+        ["n1"],
+        [_view(rmd)],
+    )
+    assert action.act is Act.UPDATE
+    _carry_out(rmd, action)
+    assert rmd.list_workloads()[0]["rdt"]["mba"] == {"percentage": 30}
+
+
+def test_policy_workload_is_left_alone_once_enforced() -> None:
+    act, held = _converge(RmdState(), _spec(nodes=["n1"], policy="gold", rdt=None))
+    assert act is Act.KEEP and held["rdt"]["cache"] == {"max": 4, "min": 4}
+
+
+def test_nodes_holding_a_workload_come_from_the_node_states() -> None:
+    rmd = RmdState()
+    rmd.create(build_payload(_spec(), "ns/x"))
+    held = {"spec": {"node": "n1"}, "status": node_state_status(None, rmd.list_workloads(), "", "T")}
+    empty = {"spec": {"node": "n2"}, "status": node_state_status(None, [], "", "T")}
+    assert nodes_holding("ns/x", [held, empty, {"spec": {"node": "n3"}}]) == {"n1"}
+    assert nodes_holding("ns/y", [held, empty]) == frozenset()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from intel_device_plugins.sim.rmd import Machine, RmdError, RmdState
+from intel_device_plugins.sim.rmd import Acl, Machine, RmdError, RmdState, load_config, rmd_core_ids_ok
 
 
 def _wl(cores: list[str], mx: int = 2, mn: int = 2, **extra: Any) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def test_patch_rules() -> None:
     status, patched = rmd.patch(wl["id"], _wl(["0-1"], 3, 3))
     assert status == 200 and patched["rdt"]["cache"] == {"max": 3, "min": 3} and patched["uuid"] == "u"
     err = _error(rmd.patch, wl["id"], _wl(["4"], 3, 3))  # only the CPUs changed
-    assert "Workload with id 1 already exists" in err.text
+    assert err.status == 500 and "Workload with id 1 already exists" in err.text
     err = _error(rmd.patch, "9", _wl(["0"]))
     assert (err.status, err.text) == (404, "404: Could not found workload")
     err = _error(rmd.patch, wl["id"], {"rdt": {"cache": {"max": 3, "min": 3}, "mba": {"percentage": 0}}})
@@ -122,3 +123,80 @@ def test_cache_levels() -> None:
     assert _error(rmd.cache_one, "l3", "7").text == "Cache id 7 for level 3 is not found"
     info = rmd.cache_one("l3", "1")
     assert info["share_cpu_list"] == "16-31" and info["location_on_node"] == "1"
+
+
+def test_core_ids_of_plugin_workloads_are_single_cpus_or_ranges() -> None:
+    """RMD hands P-state the CPUs element by element: "1-2,9" is not an element it can read."""
+    pstate = {"pstate": {"ratio": 1.5}}
+    err = _error(RmdState().create, {"core_ids": ["1-2,9"], "plugins": pstate})
+    assert (err.status, err.text) == (
+        400,
+        "Failed to validate workload. Reason: Invalid params (core ids) received",
+    )
+    assert RmdState().create({"core_ids": ["1-2", "9"], "plugins": pstate})["core_ids"] == ["1-2", "9"]
+    assert RmdState().create(_wl(["1-2,9"]))["core_ids"] == ["1-2,9"]  # cache alone takes CPU lists
+    assert [rmd_core_ids_ok([c]) for c in ("3", " 5 ", "1-2", "3-1", "0,2", "^2", "")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_patch_changes_only_what_it_names() -> None:
+    rmd = RmdState()
+    body = {
+        "core_ids": ["0-1"],
+        "rdt": {"cache": {"max": 2, "min": 2}, "mba": {"percentage": 50}},
+        "plugins": {"pstate": {"ratio": 1.5}},
+        "uuid": "u",
+    }
+    wl = rmd.create(body)
+    # MBA and P-state left out: RMD keeps both and answers with the workload unchanged.
+    status, out = rmd.patch(wl["id"], _wl(["0-1"], 2, 2))
+    assert status == 200 and out == wl
+    # A cache change re-enforces: MBA (left out) stays, the plugins become the body's (none).
+    _, out = rmd.patch(wl["id"], _wl(["0-1"], 3, 3))
+    assert out["rdt"] == {"cache": {"max": 3, "min": 3}, "mba": {"percentage": 50}}
+    assert "plugins" not in out
+
+
+def test_policy_fills_the_cache_and_get_has_rmds_shape() -> None:
+    rmd = RmdState()
+    gold = rmd.create({"core_ids": ["0"], "policy": "gold", "uuid": "p"})
+    assert gold["rdt"] == {"cache": {"max": 4, "min": 4}, "mba": {}}
+    plain = rmd.create(_wl(["1"], uuid="q"))
+    assert "policy" not in plain and "task_ids" not in plain
+    assert plain["rdt"] == {"cache": {"max": 2, "min": 2}, "mba": {}}
+    assert rmd.list_workloads() == [gold, plain]
+
+
+@pytest.mark.parametrize(
+    "rdt",
+    [{"cache": {"max": -1, "min": -1}}, {"cache": {"max": 2, "min": 2}, "mba": {"percentage": -5}}],
+)
+def test_values_rmd_cannot_decode_are_500(rdt: dict[str, Any]) -> None:
+    err = _error(RmdState().create, {"core_ids": ["0"], "rdt": rdt})
+    assert (err.status, err.text) == (
+        500,
+        "Failed to read request correctly. Please check request syntax and data",
+    )
+
+
+def test_configuration_from_rmd_toml(tmp_path: Path) -> None:
+    assert load_config(None, tmp_path).acl == Acl()  # nothing configured: RMD's defaults
+    conf = tmp_path / "etc" / "rmd" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "rmd.toml").write_text(
+        '[default]\naddress = "0.0.0.0"\ntlsport = 9443\ncertpath = "/etc/rmd/cert/server"\n'
+        '[acl]\nauthorization = "signature"\nadmincert = "/etc/rmd/acl/roles/admin/"\n'
+    )
+    cfg = load_config(Path("/etc/rmd/conf"), tmp_path)
+    assert (cfg.address, cfg.tlsport, cfg.certpath) == ("0.0.0.0", 9443, tmp_path / "etc/rmd/cert/server")
+    assert cfg.acl == Acl("signature", tmp_path / "etc/rmd/acl/roles/admin", None)
+    (conf / "rmd.toml").write_text("[acl\n")
+    with pytest.raises(ValueError, match=r"rmd\.toml"):
+        load_config(Path("/etc/rmd/conf"), tmp_path)

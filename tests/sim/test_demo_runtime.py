@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.sim.demo import main, parse_args, runtime_banner
+from intel_device_plugins.sim import demo
+from intel_device_plugins.sim.demo import parse_args, runtime_banner
 from intel_device_plugins.sim.node import parse_node_spec
 from intel_device_plugins.sim.profiles import profile_text
+from k8stest.demo import main
 from k8stest.demo_real import (
     KindPlan,
     Missing,
@@ -90,6 +92,14 @@ def test_real_runtime_without_prerequisites_exits_with_one_line(
     assert len(lines) == 2, lines
     for command in ("test/k8s/build.sh", "test/node/build.sh", "make images"):
         assert f"(run: {command})" in lines[1]
+
+
+def test_the_shipped_demo_has_only_the_stand_in(capsys: pytest.CaptureFixture[str]) -> None:
+    """Installed without the source tree, the demo says what needs a checkout instead of failing."""
+    assert demo.main(["--node-runtime", "real"]) == 2
+    assert capsys.readouterr().out.splitlines()[1] == f"--node-runtime real {demo.NEEDS_SOURCE_TREE}"
+    kubelet, reason = demo.resolve_kubelet("auto")
+    assert kubelet == "stand-in" and "package k8stest" in reason
 
 
 def test_demo_module_does_not_import_the_test_tier() -> None:

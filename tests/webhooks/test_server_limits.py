@@ -7,7 +7,9 @@ complete request for its keep-alive timeout, an hour) and any number of them wer
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -16,16 +18,21 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.webhook_server import (
+from intel_device_plugins.kube.https import (
     BadJSON,
+    ConnectionSlots,
+    DropLog,
     RunningServer,
     ServerLimits,
+    Slot,
+    choose_victim,
     health_app,
     load_json,
+    peer_source,
     start,
     webhook_app,
 )
+from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.webhooks.handlers import SGX_PATH, sgx_review
 from tests.webhooks.podfixtures import pod, review, with_resources
 from tests.webhooks.tls import serving_cert
@@ -149,14 +156,31 @@ async def test_idle_keepalive_connection_is_closed_after_the_idle_timeout(served
     assert 0.8 < waited < 2.0
 
 
-async def test_connection_cap_refuses_extra_clients_and_recovers(served: Served) -> None:
+async def test_connection_cap_makes_room_by_dropping_the_longest_idle_connection(served: Served) -> None:
     held = [await served.connect() for _ in range(LIMITS.max_connections)]
     assert served.server.slots.active == LIMITS.max_connections
+    try:
+        status, _ = await served.post(SGX_PATH, json.dumps(review(pod())).encode())
+        assert status == 200
+        assert served.server.slots.shed >= 1 and served.server.slots.refused == 0
+        assert served.server.slots.active <= LIMITS.max_connections
+        assert await closed_within(held[0][0], 2) < 2  # the first one held, idle the longest
+    finally:
+        for _, w in held:
+            w.close()
+
+
+async def test_connection_cap_refuses_a_peer_whose_own_slots_are_all_busy(served: Served) -> None:
+    held = [await served.connect() for _ in range(LIMITS.max_connections)]
+    for _, w in held:  # a request under way on each: nothing idle to give up
+        w.write(b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\n")
+    await asyncio.sleep(0.2)
     with pytest.raises((ConnectionResetError, ssl.SSLError, OSError, asyncio.IncompleteReadError)):
         extra_reader, extra_writer = await served.connect()
         extra_writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         await extra_reader.readexactly(1)
     assert served.server.slots.refused >= 1
+    assert served.server.slots.active == LIMITS.max_connections
     for _, w in held:
         w.close()
     await asyncio.sleep(0.2)
@@ -218,10 +242,41 @@ async def test_plain_http_servers_have_the_same_limits() -> None:
         writer.close()
         assert waited < 2.0
         held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITS.max_connections)]
+        for _, w in held:
+            w.write(b"GET /healthz HTTP/1.1\r\n")
         await asyncio.sleep(0.1)
         extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
         assert await closed_within(extra_reader, 1) < 0.5
+        assert server.slots.refused >= 1
         extra_writer.close()
+        for _, w in held:
+            w.close()
+    finally:
+        await server.cleanup()
+
+
+async def probe(port: int, source: str) -> int:
+    """One kubelet-style probe: a new connection, ``GET /healthz``, no keep-alive."""
+    connector = aiohttp.TCPConnector(local_addr=(source, 0), force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector) as s,
+        s.get(f"http://127.0.0.1:{port}/healthz") as r,
+    ):
+        return r.status
+
+
+async def test_health_probes_get_through_while_one_peer_fills_the_port() -> None:
+    server = await start(health_app(lambda: True), "127.0.0.1", 0, None, LIMITS)
+    try:
+        port = server.addresses[0][1]
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITS.max_connections)]
+        for _, w in held[::2]:  # half silent, half in the middle of their headers
+            w.write(b"GET /healthz HTTP/1.1\r\n")
+        await asyncio.sleep(0.1)
+        assert [await probe(port, "127.0.0.3") for _ in range(LIMITS.max_connections + 2)] == [200] * (
+            LIMITS.max_connections + 2
+        )
+        assert server.slots.refused == 0 and server.slots.shed >= 1
         for _, w in held:
             w.close()
     finally:
@@ -250,3 +305,156 @@ async def test_headers_sent_byte_by_byte_within_the_deadline_are_served(served: 
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
     writer.close()
     assert head.startswith(b"HTTP/1.1 200")
+
+
+async def hold(served: Served, count: int, source: str = "127.0.0.1") -> list[asyncio.StreamWriter]:
+    """``count`` TLS connections from ``source`` with the handshake done and no request: idle."""
+    held = []
+    for _ in range(count):
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1",
+            served.port,
+            ssl=served.client_ctx,
+            server_hostname="localhost",
+            local_addr=(source, 0),
+        )
+        held.append(writer)
+    return held
+
+
+async def post_from(served: Served, source: str, body: bytes) -> int:
+    """One review on a new connection from ``source``, as the API server sends after its idle one expired."""
+    connector = aiohttp.TCPConnector(ssl=served.client_ctx, local_addr=(source, 0), force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector) as s,
+        s.post(f"https://localhost:{served.port}{SGX_PATH}", data=body) as r,
+    ):
+        await r.read()
+        return r.status
+
+
+async def test_one_peer_holding_every_slot_does_not_lock_out_another(served: Served) -> None:
+    held = await hold(served, LIMITS.max_connections)
+    assert served.server.slots.active == LIMITS.max_connections
+    body = json.dumps(review(pod())).encode()
+    try:
+        statuses = [await post_from(served, "127.0.0.2", body) for _ in range(3)]
+        assert statuses == [200, 200, 200]
+        assert served.server.slots.active <= LIMITS.max_connections
+        assert served.server.slots.shed >= 1
+    finally:
+        for w in held:
+            w.close()
+
+
+async def test_keepalive_connections_after_a_valid_review_do_not_lock_out_another(served: Served) -> None:
+    body = json.dumps(review(pod())).encode()
+    held = await hold(served, LIMITS.max_connections)
+    try:
+        for w in held:  # one valid review each, then the connection stays open, idle
+            w.write(
+                b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+        await asyncio.sleep(0.3)
+        assert await post_from(served, "127.0.0.2", body) == 200
+    finally:
+        for w in held:
+            w.close()
+
+
+def slots_of(source: str, idle_since: list[float | None]) -> list[Slot]:
+    slots = []
+    for since in idle_since:
+        slot = Slot(source, lambda: None, 0.0)
+        slot.idle_since = since
+        slots.append(slot)
+    return slots
+
+
+def test_room_is_taken_from_the_largest_holder_and_its_longest_idle_connection() -> None:
+    hog = slots_of("10.0.0.9", [None, 5.0, 2.0, None])
+    api = slots_of("10.0.0.1", [1.0])
+    assert choose_victim({"10.0.0.9": hog, "10.0.0.1": api}, "10.0.0.1") is hog[2]
+    assert choose_victim({"10.0.0.9": hog, "10.0.0.1": api}, "10.0.0.7") is hog[2]
+
+
+def test_a_largest_holder_with_nothing_idle_gives_up_its_oldest_connection() -> None:
+    hog = slots_of("10.0.0.9", [None, None])
+    assert choose_victim({"10.0.0.9": hog}, "10.0.0.1") is hog[0]
+
+
+def test_equal_shares_are_kept_and_a_newcomer_replaces_only_its_own_idle_connections() -> None:
+    a, b = slots_of("a", [None, 3.0]), slots_of("b", [1.0, None])
+    assert choose_victim({"a": a, "b": b}, "a") is a[1]
+    assert choose_victim({"a": slots_of("a", [None, None]), "b": b}, "a") is None
+
+
+def test_slots_never_exceed_the_cap_and_count_what_they_shed() -> None:
+    dropped: list[str] = []
+    slots = ConnectionSlots(3, trim=lambda: None)
+    held = [slots.admit("hog", functools.partial(dropped.append, f"hog{i}")) for i in range(3)]
+    assert held[0] is not None and all(held) and slots.active == 3
+    newcomer = slots.admit("api", lambda: None)
+    assert newcomer is not None and dropped == ["hog0"] and slots.active == 3 and slots.shed == 1
+    assert slots.held_by("hog") == 2 and slots.held_by("api") == 1
+    slots.release(held[0])  # the dropped connection's own close comes later: counted once only
+    assert slots.active == 3
+
+
+def test_sources_are_addresses_with_ipv4_mapped_ipv6_as_ipv4() -> None:
+    assert peer_source(("::ffff:10.1.2.3", 443, 0, 0)) == "10.1.2.3"
+    assert peer_source(("fd00::1", 443, 0, 0)) == "fd00::1"
+    assert peer_source(("127.0.0.2", 5)) == "127.0.0.2"
+    assert peer_source(None) == "?"
+
+
+async def test_dropped_connections_are_logged_at_debug_level_rate_limited_never_as_errors(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    clients = [await served.connect() for _ in range(6)]
+    for _, w in clients:  # a body that never arrives in full: dropped at the request deadline or by the peer
+        w.write(b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n{")
+    await asyncio.sleep(0.3)
+    for _, w in clients[:3]:
+        w.transport.abort()
+    await asyncio.gather(*(closed_within(r, 4) for r, _ in clients[3:]))
+    await asyncio.sleep(0.2)
+    assert served.server.slots.drops.total >= 6
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert len([r for r in caplog.records if "connections dropped" in r.getMessage()]) <= 2
+
+
+def test_drop_log_reports_counts_at_most_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    now = [100.0]
+    drops = DropLog(interval_s=10.0, clock=lambda: now[0])
+    for _ in range(500):
+        drops.note("shed to make room")
+    drops.note("past the idle deadline")
+    now[0] += 10.0
+    drops.note("shed to make room")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "connections dropped since the last report: 1 shed to make room",
+        "connections dropped since the last report: 1 past the idle deadline, 500 shed to make room",
+    ]
+    assert drops.total == 502
+
+
+def test_freed_memory_is_returned_after_a_burst_even_while_a_few_connections_stay() -> None:
+    trims: list[int] = []
+    slots = ConnectionSlots(64, trim=lambda: trims.append(slots.active))
+    api = slots.admit("api", lambda: None)
+    burst = [slots.admit("hog", lambda: None) for _ in range(20)]
+    for slot in burst[:-3]:
+        assert slot is not None
+        slots.release(slot)
+    assert api is not None and slots.active == 4
+    assert trims == [4]  # once, when the count fell to a sixteenth of the cap; the API server's stays open
+    for slot in [api, *burst[-3:]]:
+        assert slot is not None
+        slots.release(slot)
+    assert trims == [4, 0]  # and again when the port's last connection closed

@@ -1,4 +1,4 @@
-"""SGX pod mutation (§3): every patch, every message, reinvocation."""
+"""SGX pod mutation: every patch, every message, reinvocation."""
 
 from __future__ import annotations
 

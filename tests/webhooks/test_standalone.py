@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from intel_device_plugins.operator.cli import normalise_dashes
 from intel_device_plugins.webhooks import cli
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, wait_for
@@ -26,6 +25,7 @@ from tests.webhooks.podfixtures import AF_NLB0, af, pod, review, with_resources
 from tests.webhooks.tls import serving_cert
 
 ROOT = Path(__file__).resolve().parents[2]
+CR_PATH = "/validate-deviceplugin-intel-com-v1-gpudeviceplugin"
 
 
 def script(name: str) -> str:
@@ -51,7 +51,7 @@ def get(port: int, path: str) -> int:
 def test_flags_follow_upstream_and_go_style() -> None:
     p = cli.parser("intel_fpga_admissionwebhook")
     argv = ["-v=1", "-leader-elect", "-webhook-port=9444", "--webhook-cert-dir=/c"]
-    opts = p.parse_args(normalise_dashes(argv, p))
+    opts = p.parse_args(argv)
     assert (opts.verbosity, opts.leader_elect, opts.webhook_port, opts.webhook_cert_dir) == (
         1,
         True,
@@ -87,6 +87,11 @@ def test_sgx_webhook_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None
         conn.close()
         ops = json.loads(base64.b64decode(answer["response"]["patch"]))
         assert {"op": "add", "path": "/metadata/annotations", "value": {"sgx.intel.com/epc": "1Mi"}} in ops
+        # Only the pod webhook is served here: the operator's CR admission paths are not.
+        conn = http.client.HTTPSConnection("localhost", port, context=client_ctx, timeout=5)
+        conn.request("POST", CR_PATH, body, {"Content-Type": "application/json"})
+        assert conn.getresponse().status == 404
+        conn.close()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.popen.wait(10) == 0
     finally:

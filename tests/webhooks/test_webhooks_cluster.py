@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from intel_device_plugins.operator.certs import issue
-from intel_device_plugins.operator.selfcerts import write_pair
+from intel_device_plugins.kube.certs import issue
+from intel_device_plugins.kube.selfcerts import write_pair
 from intel_device_plugins.webhooks import sgx
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for

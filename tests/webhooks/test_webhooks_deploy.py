@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from intel_device_plugins.operator import crdgen
+from intel_device_plugins.webhooks import crds as crdgen
 from intel_device_plugins.webhooks.handlers import NAMESPACE_SELECTOR
 from intel_device_plugins.webhooks.model import MODE_PATTERN
 from intel_device_plugins.webhooks.store import FpgaKind

@@ -6,9 +6,9 @@ import datetime as dt
 import ssl
 from pathlib import Path
 
-from intel_device_plugins.operator.certs import issue
-from intel_device_plugins.operator.selfcerts import write_pair
-from intel_device_plugins.operator.webhook_server import ServingCert
+from intel_device_plugins.kube.certs import issue
+from intel_device_plugins.kube.https import ServingCert
+from intel_device_plugins.kube.selfcerts import write_pair
 
 
 def serving_cert(directory: Path) -> tuple[ServingCert, ssl.SSLContext]:

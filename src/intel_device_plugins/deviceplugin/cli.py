@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,9 +16,10 @@ from intel_device_plugins.deviceplugin.manager import serve_plugins
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
-from intel_device_plugins.flags import PluginArgumentParser, parse_bool, positive_float, positive_int
+from intel_device_plugins.flags import GoFlagParser, parse_bool, positive_float, positive_int
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 
-__all__ = ["PluginArgumentParser", "parse_bool", "positive_float", "positive_int"]
+__all__ = ["GoFlagParser", "parse_bool", "positive_float", "positive_int"]
 
 DEFAULT_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_CDI_DIR = "/var/run/cdi"
@@ -30,9 +29,9 @@ DEFAULT_EVENT_RESCAN_INTERVAL = 60.0
 """Safety rescan interval of event-driven plugins."""
 
 
-def new_parser(program: str, description: str) -> PluginArgumentParser:
+def new_parser(program: str, description: str) -> GoFlagParser:
     """A parser carrying the flags every plugin has."""
-    parser = PluginArgumentParser(prog=program, description=description)
+    parser = GoFlagParser(prog=program, description=description)
     parser.add_flag("prefix", default="", help="path prefix for /sys and /dev; kept in reported paths")
     parser.add_flag("device-plugin-dir", default=DEFAULT_DEVICE_PLUGIN_DIR, help="where kubelet.sock lives")
     parser.add_flag("cdi-dir", default=DEFAULT_CDI_DIR, help="where CDI spec files are written")
@@ -48,7 +47,7 @@ def new_parser(program: str, description: str) -> PluginArgumentParser:
         default=None,
         help="simulated nodes: take uevents from datagram sockets in this directory, not the kernel",
     )
-    parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity (0: info)")
+    add_verbosity_flag(parser)
     return parser
 
 
@@ -64,14 +63,6 @@ def framework_config(args: argparse.Namespace) -> FrameworkConfig:
     )
 
 
-def configure_logging(verbosity: int) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 async def serve_until_signalled(plugins: Sequence[Scanner], config: FrameworkConfig) -> None:
     """Serve until SIGTERM or SIGINT, then stop the servers and remove our sockets."""
     stop = asyncio.Event()
@@ -82,7 +73,7 @@ async def serve_until_signalled(plugins: Sequence[Scanner], config: FrameworkCon
 
 
 def run_plugin_command(
-    parser: PluginArgumentParser,
+    parser: GoFlagParser,
     build_plugins: Callable[[argparse.Namespace], Sequence[Scanner]],
     argv: Sequence[str] | None = None,
 ) -> int:

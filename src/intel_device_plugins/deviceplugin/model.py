@@ -99,6 +99,17 @@ DeviceMap = Mapping[str, DeviceInfo]
 """Device ID → info for one resource type."""
 
 DeviceTree = Mapping[str, DeviceMap]
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """A scan's result: the tree to serve and the problems met on the way (one line each, naming the
+    device). Discovery never logs; the plugin shell hands the problems to ``problems.ProblemLog``."""
+
+    tree: DeviceTree
+    problems: tuple[str, ...] = ()
+
+
 """Resource type (resource name without namespace) → device map."""
 
 

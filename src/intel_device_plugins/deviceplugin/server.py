@@ -63,6 +63,22 @@ FIRST_RETRY_INTERVAL = 0.05
 REGISTER_TIMEOUT = 5.0
 # How long ``stop`` waits for open ListAndWatch streams to carry the empty device list.
 WITHDRAW_TIMEOUT = 0.3
+KUBELET_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The kubelet's gRPC receive limit: a longer ListAndWatch message breaks the stream, every time."""
+
+
+def message_size_problem(size: int, devices: int, limit: int) -> str:
+    """What to say about a ListAndWatch message of ``size`` bytes; nothing below 3/4 of the limit."""
+    if size > limit:
+        return (
+            f"the device list of {devices} devices is {size} bytes, over the kubelet's limit of {limit} "
+            "bytes: the kubelet will refuse it and the resource stays unusable; lower -shared-dev-num"
+        )
+    if size * 4 >= limit * 3:
+        return (
+            f"the device list of {devices} devices is {size} bytes, near the kubelet's limit of {limit} bytes"
+        )
+    return ""
 
 
 @dataclass(frozen=True)
@@ -156,6 +172,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self.socket_path = config.device_plugin_dir / self.socket_name
         self._devices: DeviceMap = {}
         self._message = pb.ListAndWatchResponse()
+        self._message_problem = ""
         self._version = 0
         self._recheck_interval = recheck_interval or (lambda: RECHECK_INTERVAL)
         self._open_streams = 0
@@ -202,6 +219,10 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         except Exception:
             log.exception("%s: cannot build the device list; keeping the previous one", self.resource_name)
             return
+        problem = message_size_problem(message.ByteSize(), len(devices), KUBELET_MAX_MESSAGE_BYTES)
+        if problem and problem != self._message_problem:
+            log.warning("%s: %s", self.resource_name, problem)
+        self._message_problem = problem
         async with self._changed:
             self._devices = devices
             self._message = message
@@ -242,7 +263,9 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             if kubelet != self._registered_with or self._stream_lost():
                 if kubelet == self._registered_with:
                     log.warning(
-                        "%s: the kubelet stopped watching the devices; registering again", self.resource_name
+                        "%s: the kubelet stopped watching the devices; registering again%s",
+                        self.resource_name,
+                        f" ({self._message_problem})" if self._message_problem else "",
                     )
                 await self._register()
                 self._stream_lost_at = None
@@ -393,6 +416,12 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         responses = []
         for container in request.container_requests:
             ids = list(container.devices_ids)
+            if self._closing:
+                # The devices are withdrawn by now; "non-existing device" would send the user hunting.
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"{self.resource_name}: the plugin is stopping; {', '.join(ids)} not allocated",
+                )
             try:
                 allocation = self.allocate_container(devices, ids)
             except AllocationError as error:
@@ -445,10 +474,20 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         context: grpc.aio.ServicerContext[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse],
     ) -> pb.PreferredAllocationResponse:
         responses = []
+        devices = self._devices
         for container in request.container_requests:
-            available = list(container.available_deviceIDs)
-            must_include = list(container.must_include_deviceIDs)
-            size = container.allocation_size
+            # IDs this plugin does not advertise go first, in linear time: the policies are written for a
+            # node's worth of IDs, and a stale or hostile caller must not make them work through 10,000.
+            available = [i for i in container.available_deviceIDs if i in devices]
+            must_include = [i for i in container.must_include_deviceIDs if i in devices]
+            unknown = len(container.available_deviceIDs) - len(available)
+            if unknown:
+                log.warning(
+                    "%s: GetPreferredAllocation offered %d IDs this plugin does not advertise; ignored",
+                    self.resource_name,
+                    unknown,
+                )
+            size = min(container.allocation_size, len(available))
             responses.append(
                 pb.ContainerPreferredAllocationResponse(
                     deviceIDs=self.preferred(available, must_include, size)

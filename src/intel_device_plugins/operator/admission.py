@@ -7,8 +7,9 @@ and reject tables run without a server. Malformed reviews are answered, never ra
 from __future__ import annotations
 
 import base64
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from intel_device_plugins.operator.kinds import GROUP, DeviceKind
@@ -78,3 +79,8 @@ def routes() -> dict[str, tuple[DeviceKind, Operation]]:
         out[kind.mutate_path] = (kind, "mutate")
         out[kind.validate_path] = (kind, "validate")
     return out
+
+
+def review_handlers() -> dict[str, Callable[[Any], Mapping[str, Any]]]:
+    """URL path → AdmissionReview handler for the 16 CR webhook paths, as the HTTPS server takes them."""
+    return {path: functools.partial(handle_review, kind, op) for path, (kind, op) in routes().items()}

@@ -12,42 +12,26 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
 
-from aiohttp import web
 from lightkube import AsyncClient
 
-from intel_device_plugins.logconfig import configure_logging
+from intel_device_plugins.flags import GoFlagParser, parse_bool
+from intel_device_plugins.kube.https import ReviewHandler
+from intel_device_plugins.kube.leader import ElectionConfig, LeaderElector
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.metricsauth import CachedAuthorizer, api_authorizer
+from intel_device_plugins.kube.serving import add_webhook_flags, install_signal_handlers, serve_admission
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.operator import images
+from intel_device_plugins.operator.admission import review_handlers
 from intel_device_plugins.operator.controller import FIELD_MANAGER, ControllerConfig, run_controllers
 from intel_device_plugins.operator.kinds import DeviceKind
-from intel_device_plugins.operator.leader import ElectionConfig, LeaderElector
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer
-from intel_device_plugins.operator.webhook_server import (
-    ReviewHandler,
-    RunningServer,
-    ServingCert,
-    health_app,
-    metrics_app,
-    parse_bind,
-    start,
-    webhook_app,
-)
-from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
-from intel_device_plugins.webhooks.store import MappingStore
-from intel_device_plugins.webhooks.watch import follow_all
 
-if TYPE_CHECKING:
-    from intel_device_plugins.operator.selfcerts import SelfManagedCerts
-
-DEFAULT_CERT_DIR: Final = "/tmp/k8s-webhook-server/serving-certs"
 # ServiceAccount for FPGA plugin pods, set by the install (whose name prefix may change it); unset keeps
 # the namespace's default ServiceAccount, which usually cannot read the node's mode annotation.
 FPGA_SERVICE_ACCOUNT_ENV: Final = "FPGA_PLUGIN_SERVICE_ACCOUNT"
@@ -58,29 +42,8 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    """No abbreviations (as Go's flag package): an abbreviation that works today changes meaning tomorrow."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def _get_option_tuples(self, option_string: str) -> list[Any]:
-        return []  # Python 3.11 still matches single-dash prefixes with allow_abbrev=False
-
-
-def go_bool(text: str) -> bool:
-    """Go flag booleans: ``-flag``, ``-flag=true``, ``-flag=false`` (and 1/0, t/f)."""
-    lowered = text.strip().lower()
-    if lowered in ("1", "t", "true"):
-        return True
-    if lowered in ("0", "f", "false"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = GoFlagParser(
         prog="intel_deviceplugin_operator", description="Installs and manages Intel device plugins from CRs."
     )
     p.add_argument("--metrics-bind-address", default=":8080", help="metrics address; 0 disables")
@@ -100,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
             " (env DEVICEPLUGIN_COMBINED=true)",
         ),
     ):
-        p.add_argument(flag, nargs="?", const=True, default=False, type=go_bool, help=text)
+        p.add_argument(flag, nargs="?", const=True, default=False, type=parse_bool, help=text)
     p.add_argument(
         "--devices",
         action="append",
@@ -115,63 +78,14 @@ def parser() -> argparse.ArgumentParser:
         f"(env {images.PLUGIN_IMAGE_ENV}; default {images.node_image()})",
     )
     add_webhook_flags(p)
-    p.add_argument("--workers", type=int, default=2, help="concurrent reconciles")
     p.add_argument(
-        "-v",
-        "--verbosity",
+        "--workers",
         type=int,
         default=0,
-        help="log verbosity (0 info, 2+ debug, 4+ every API request)",
+        help="concurrent reconciles; 0 (default): one per enabled device kind, as upstream's controllers",
     )
+    add_verbosity_flag(p)
     return p
-
-
-def add_webhook_flags(p: argparse.ArgumentParser) -> None:
-    """The webhook server's port and certificate flags, shared with the standalone pod webhooks."""
-    p.add_argument("--webhook-port", type=int, default=9443, help="webhook HTTPS port")
-    p.add_argument("--webhook-cert-dir", default=DEFAULT_CERT_DIR, help="directory of tls.crt and tls.key")
-    p.add_argument(
-        "--webhook-cert-mode",
-        choices=("files", "self-managed"),
-        default="files",
-        help="files: read tls.crt/tls.key (cert-manager); self-managed: issue, rotate and inject",
-    )
-    p.add_argument("--webhook-service", default="webhook-service", help="Service name (self-managed mode)")
-    p.add_argument("--webhook-secret", default="webhook-server-cert", help="Secret name (self-managed mode)")
-    p.add_argument(
-        "--webhook-configuration",
-        action="append",
-        default=[],
-        help="webhook configuration to inject the CA into (self-managed mode, repeatable)",
-    )
-
-
-def self_managed_certs(client: AsyncClient, opts: argparse.Namespace, namespace: str) -> SelfManagedCerts:
-    """The self-managed certificate keeper for the flags of ``add_webhook_flags``."""
-    # imported here: the default cert-manager install never needs the certificate code
-    from intel_device_plugins.operator.certdata import service_dns_names
-    from intel_device_plugins.operator.selfcerts import SelfManagedCerts, SelfManagedConfig
-
-    return SelfManagedCerts(
-        client,
-        SelfManagedConfig(
-            namespace,
-            opts.webhook_secret,
-            service_dns_names(opts.webhook_service, namespace),
-            tuple(opts.webhook_configuration),
-            Path(opts.webhook_cert_dir),
-        ),
-    )
-
-
-def normalise_dashes(argv: Sequence[str], p: argparse.ArgumentParser) -> list[str]:
-    """Rewrite Go-style ``-flag`` to ``--flag`` for every long option the parser knows."""
-    longs = {s[2:] for a in p._actions for s in a.option_strings if s.startswith("--")}
-    out = []
-    for arg in argv:
-        name = arg[1:].split("=", 1)[0]
-        out.append("-" + arg if arg.startswith("-") and not arg.startswith("--") and name in longs else arg)
-    return out
 
 
 def select_devices(values: Sequence[str] | None) -> tuple[DeviceKind, ...]:
@@ -206,7 +120,7 @@ def combined_mode(flag: bool, env: Mapping[str, str]) -> bool:
     if not raw:
         return flag
     try:
-        return go_bool(raw)
+        return parse_bool(raw)
     except argparse.ArgumentTypeError:
         raise UsageError(f"DEVICEPLUGIN_COMBINED: {raw!r} is not a boolean") from None
 
@@ -215,112 +129,70 @@ def identity(env: Mapping[str, str]) -> str:
     return env.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4()}"
 
 
-def install_signal_handlers(task: asyncio.Task[int]) -> None:
-    """SIGTERM/SIGINT cancel ``task``; cancelling the main task unwinds everything and releases the Lease."""
-    loop = task.get_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, task.cancel)
+#: Starts the pod webhooks for the enabled kinds ("fpga", "sgx"): their routes and background tasks.
+PodWebhooks = Callable[
+    [AsyncClient, frozenset[str]], tuple[Mapping[str, ReviewHandler], Sequence[asyncio.Task[None]]]
+]
 
 
-async def amain(opts: argparse.Namespace, env: Mapping[str, str]) -> int:
+def no_pod_webhooks(
+    client: AsyncClient, kinds: frozenset[str]
+) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
+    return {}, []
+
+
+async def amain(
+    opts: argparse.Namespace, env: Mapping[str, str], pod_webhooks: PodWebhooks = no_pod_webhooks
+) -> int:
     namespace = env.get("DEVICEPLUGIN_NAMESPACE") or opts.deviceplugin_namespace
     kinds = select_devices(opts.devices)
     metrics = Metrics()
     client = AsyncClient(field_manager=FIELD_MANAGER)
-    serving = ServingCert(Path(opts.webhook_cert_dir))
-    background: list[asyncio.Task[None]] = []
-    runners: list[RunningServer] = []
-    webhook_started = asyncio.Event()
-    pod_webhooks: dict[str, ReviewHandler] = {}
+    pod_tasks: Sequence[asyncio.Task[None]] = ()
     try:
-        if DeviceKind.FPGA in kinds:
-            # Every replica serves admission, so every replica follows the mappings (not only the leader).
-            store = MappingStore()
-            background.append(asyncio.create_task(follow_all(client, store)))
-            # Readiness does not wait for the mappings: the CR webhooks must not depend on them.
-            pod_webhooks[FPGA_PATH] = fpga_review(store)
-        if DeviceKind.SGX in kinds:
-            pod_webhooks[SGX_PATH] = sgx_review
-        if opts.webhook_cert_mode == "self-managed":
-            background.append(asyncio.create_task(self_managed_certs(client, opts, namespace).run()))
-        background.append(asyncio.create_task(serving.watch(2.0)))
-        host, port = parse_bind(opts.health_probe_bind_address)
-        if port:
-            runners.append(await start(health_app(webhook_started.is_set), host, port))
-
-        async def serve(app: web.Application, host: str, port: int, tls: bool, what: str) -> None:
-            """Start a server once its certificate is there; a failure is logged, never silent."""
-            try:
-                if tls:
-                    await _wait_loaded(serving)
-                runners.append(await start(app, host, port, serving.context if tls else None))
-                log.info("%s listening on %s:%d", what, host, port)
-            except OSError as exc:
-                log.error("%s cannot listen on %s:%d: %s", what, host, port, exc)
-                raise
-
-        host, port = parse_bind(opts.metrics_bind_address)
-        if port:
-            auth = CachedAuthorizer(api_authorizer(client)) if opts.metrics_secure else None
-            background.append(
-                asyncio.create_task(
-                    serve(metrics_app(metrics, auth), host, port, opts.metrics_secure, "metrics server")
-                )
+        # Every replica serves admission, so every replica follows the FPGA mappings (not only the leader).
+        # Readiness does not wait for the mappings: the CR webhooks must not depend on them.
+        pod_routes, pod_tasks = pod_webhooks(client, frozenset(k.value for k in kinds))
+        authorizer = CachedAuthorizer(api_authorizer(client)) if opts.metrics_secure else None
+        routes = {**review_handlers(), **pod_routes}
+        async with serve_admission(opts, client, namespace, metrics, routes, metrics_authorizer=authorizer):
+            config = ControllerConfig(
+                namespace,
+                kinds,
+                image_env(env, opts.deviceplugin_image),
+                env.get("DEVICEPLUGIN_SECRET", ""),
+                workers=opts.workers,
+                fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
+                combined=combined_mode(opts.combined_plugin_process, env),
+                identity=identity(env),
             )
+            log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
+            if not opts.leader_elect:
+                metrics.leader = 1
+                await run_controllers(config, metrics)
+                return 0
+            elector = LeaderElector(client, ElectionConfig(namespace, config.identity))
 
-        async def serve_webhooks() -> None:
-            await serve(webhook_app(metrics, pod_webhooks), "", opts.webhook_port, True, "webhook server")
-            webhook_started.set()
+            async def lead() -> None:
+                metrics.leader = 1
+                await run_controllers(config, metrics)
 
-        background.append(asyncio.create_task(serve_webhooks()))
-        config = ControllerConfig(
-            namespace,
-            kinds,
-            image_env(env, opts.deviceplugin_image),
-            env.get("DEVICEPLUGIN_SECRET", ""),
-            workers=opts.workers,
-            fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
-            combined=combined_mode(opts.combined_plugin_process, env),
-            identity=identity(env),
-        )
-        log.info("controllers for %s in namespace %s", ", ".join(k.value for k in kinds), namespace)
-        if not opts.leader_elect:
-            metrics.leader = 1
-            await run_controllers(config, metrics)
-            return 0
-        elector = LeaderElector(client, ElectionConfig(namespace, config.identity))
-
-        async def lead() -> None:
-            metrics.leader = 1
-            await run_controllers(config, metrics)
-
-        await elector.run(lead)
-        metrics.leader = 0
-        return 1 if elector.lost else 0
+            await elector.run(lead)
+            metrics.leader = 0
+            return 1 if elector.lost else 0
     finally:
-        for t in background:
-            t.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        for r in runners:
-            await r.cleanup()
+        for task in pod_tasks:
+            task.cancel()
+        await asyncio.gather(*pod_tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
             await client.close()
 
 
-async def _wait_loaded(serving: ServingCert) -> None:
-    while not serving.loaded:
-        serving.reload_if_changed()
-        if not serving.loaded:
-            await asyncio.sleep(0.5)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, pod_webhooks: PodWebhooks = no_pod_webhooks) -> int:
+    """The operator; the console script passes the pod webhooks in (``cmd/operator.py``)."""
     p = parser()
-    opts = p.parse_args(normalise_dashes(list(sys.argv[1:] if argv is None else argv), p))
-    configure_logging(
-        logging.DEBUG if opts.verbosity >= 2 else logging.INFO, http_requests=opts.verbosity >= 4
-    )
+    opts = p.parse_args(argv)
+    configure_logging(opts.verbosity)
     try:
         select_devices(opts.devices)
         combined_mode(opts.combined_plugin_process, os.environ)
@@ -337,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert task is not None
         install_signal_handlers(task)
         try:
-            return await amain(opts, dict(os.environ))
+            return await amain(opts, dict(os.environ), pod_webhooks)
         except asyncio.CancelledError:
             return 0
 

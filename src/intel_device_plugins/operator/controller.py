@@ -1,10 +1,10 @@
-"""The reconcile loop: kopf watches feed a work queue; workers apply the pure plan with lightkube.
+"""The reconcile loop: list-watch streams feed a work queue; workers apply the pure plan with lightkube.
 
-kopf is used for what it does well — resilient list/watch streams with reconnects — through low-level event
-handlers, which store nothing on the objects (no finalizers, no annotations). Each event only queues the CR
-it concerns, and a worker then reconciles that CR from the current state of the cluster (level-based): the
-DaemonSet is server-side applied under ``FIELD_MANAGER`` with force, so a repeat changes nothing and hand
-edits to managed fields are reverted; the status is patched only when it differs.
+The streams (``kube/watch.py``: list, watch, relist now and then and after errors) store nothing on the
+objects (no finalizers, no annotations). Each event only queues the CR it concerns, and a worker then
+reconciles that CR from the current state of the cluster (level-based): the DaemonSet is server-side applied
+under ``FIELD_MANAGER`` with force, so a repeat changes nothing and hand edits to managed fields are reverted;
+the status is patched only when it differs. Events that merely echo this process's own writes are not queued.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
-import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Final
 
-import kopf
 from lightkube import AsyncClient
 from lightkube.generic_resource import GenericGlobalResource, create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
@@ -28,11 +27,13 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
-from intel_device_plugins.operator.apierrors import is_status, status_code
+from intel_device_plugins.kube.apierrors import is_status, status_code
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.watch import follow
+from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
 from intel_device_plugins.operator.combined import COMBINED_NAME, Member, combined_daemonset, served_members
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE, Owner
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
-from intel_device_plugins.operator.metrics import Metrics
 from intel_device_plugins.operator.model import Condition, PluginStatus, SpecError, parse_spec
 from intel_device_plugins.operator.reconcile import (
     CONDITION_NODE_CONFLICT,
@@ -45,7 +46,6 @@ from intel_device_plugins.operator.reconcile import (
     status_patch,
 )
 from intel_device_plugins.operator.upgrade import effective_spec
-from intel_device_plugins.operator.workqueue import WorkQueue, backoff
 
 FIELD_MANAGER: Final = "intel-deviceplugin-operator"
 CONDITION_COMBINED: Final = "CombinedProcess"
@@ -62,15 +62,16 @@ class ControllerConfig:
     kinds: tuple[DeviceKind, ...]
     image_env: Mapping[str, str]
     pull_secret: str = ""
-    workers: int = 2
+    workers: int = 0
+    """Concurrent reconciles; 0 is one per enabled kind, as many as upstream's per-kind controllers run."""
     fpga_service_account: str = ""
     """ServiceAccount of FPGA plugin pods (it may get nodes); empty runs them under the namespace default."""
     resync_s: float = 300.0
+    """How often the streams list everything again (every CR is then reconciled): a safety net."""
     combined: bool = False
     """Run every enabled kind in one ``intel_device_plugins`` process per node (one DaemonSet for all CRs)."""
     identity: str = "intel-deviceplugin-operator"
-    """Who this process is (the pod name). Given to kopf, which would otherwise ask the user database for
-    the user's name and fail when the container runs as a uid without a passwd entry."""
+    """Who this process is (the pod name): its identity in the leader election."""
 
 
 def cr_resources() -> dict[DeviceKind, type[GenericGlobalResource]]:
@@ -106,6 +107,16 @@ def _pod_summary(pod: Pod) -> dict[str, Any]:
     return {"metadata": {"ownerReferences": owners}, "spec": spec}
 
 
+def _echoes(event: str | None, meta: Mapping[str, Any], own_version: str | None) -> bool:
+    """Whether a watch event shows an object as this process last wrote it (a deletion never does)."""
+    version = meta.get("resourceVersion")
+    return event in ("ADDED", "MODIFIED") and bool(version) and version == own_version
+
+
+def _holds(have: Mapping[str, Any] | None, want: Mapping[str, Any] | None) -> bool:
+    return all((have or {}).get(k) == v for k, v in (want or {}).items())
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -122,10 +133,101 @@ class Reconciler:
         self.queue: WorkQueue[Key] = WorkQueue()
         self.resources = cr_resources()
         self._now = now
+        # The newest CR body a watch event brought, used once instead of reading the CR again.
+        self._seen: dict[Key, dict[str, Any]] = {}
+        # resourceVersions this process wrote last (CR statuses by key, DaemonSets by name): the watch
+        # events that echo them change nothing a reconcile reads, so they are not queued.
+        self._own_status: dict[Key, str] = {}
+        self._own_daemonset: dict[str, str] = {}
+        # The newest body of every owned DaemonSet, and what this process last applied to it (the body,
+        # and the generation the API server gave it): a DaemonSet whose spec is still what was applied
+        # is not applied again when only its status moved.
+        self._daemonsets: dict[str, dict[str, Any]] = {}
+        self._applied: dict[str, tuple[dict[str, Any], int]] = {}
+        # CRs whose deletion a watch event showed: their DaemonSets' deletions need no reconcile.
+        self._gone: set[Key] = set()
 
     def enqueue(self, kind: DeviceKind, name: str) -> None:
         if kind in self.cfg.kinds and name:
             self.queue.add((self.cfg.kinds[0], ALL_CRS) if self.cfg.combined else (kind, name))
+
+    def on_cr_event(self, kind: DeviceKind, event: str | None, body: Mapping[str, Any]) -> None:
+        """A watch event of a CR: queue it, unless the event only echoes this process's status write."""
+        meta = body.get("metadata") or {}
+        key = (kind, str(meta.get("name", "")))
+        if event == "DELETED":
+            self._gone.add(key)
+        else:
+            self._gone.discard(key)
+        if _echoes(event, meta, self._own_status.get(key)):
+            return
+        if not self.cfg.combined:
+            self._seen[key] = dict(body)
+        self.enqueue(*key)
+
+    def on_cr_list(self, kind: DeviceKind, bodies: Sequence[Mapping[str, Any]]) -> None:
+        for body in bodies:
+            self.on_cr_event(kind, None, body)
+
+    def on_daemonset_list(self, bodies: Sequence[Mapping[str, Any]]) -> None:
+        for body in bodies:
+            self.on_daemonset_event(None, body)
+
+    def on_daemonset_event(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """A watch event of an owned DaemonSet: queue its CR, unless it echoes this process's apply."""
+        meta = body.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if event == "DELETED":
+            self._daemonsets.pop(name, None)
+            self._applied.pop(name, None)
+        else:
+            self._daemonsets[name] = dict(body)
+        if _echoes(event, meta, self._own_daemonset.get(name)):
+            return
+        if name == COMBINED_NAME:
+            self.enqueue_all()
+            return
+        key = owner_key(body, self.cfg.kinds)
+        if key is not None and not (event == "DELETED" and key in self._gone):
+            self.enqueue(*key)
+
+    async def _apply(self, desired: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply ``desired`` unless the DaemonSet still holds it; the DaemonSet as it is now."""
+        name = desired["metadata"]["name"]
+        seen = self._daemonsets.get(name)
+        if seen is not None and self._still_applied(desired, seen):
+            return seen
+        ds = await self.client.patch(
+            DaemonSet,
+            name,
+            desired,
+            namespace=self.cfg.namespace,
+            patch_type=PatchType.APPLY,
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
+        self.metrics.daemonset_applies += 1
+        applied = ds.to_dict()
+        meta = applied.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            self._own_daemonset[name] = meta["resourceVersion"]
+        if isinstance(meta.get("generation"), int):
+            self._applied[name] = (desired, meta["generation"])
+        return applied
+
+    def _still_applied(self, desired: Mapping[str, Any], seen: Mapping[str, Any]) -> bool:
+        """Whether ``seen`` holds what was last applied: the same body wanted, the spec unchanged since (its
+        generation), and the managed labels, annotations and owner as applied (their edits keep it)."""
+        meta = seen.get("metadata") or {}
+        last = self._applied.get(str(meta.get("name", "")))
+        if last is None or last[0] != desired or meta.get("generation") != last[1]:
+            return False
+        want = desired["metadata"]
+        return (
+            _holds(meta.get("labels"), want.get("labels"))
+            and _holds(meta.get("annotations"), want.get("annotations"))
+            and meta.get("ownerReferences") == want.get("ownerReferences")
+        )
 
     def enqueue_all(self) -> None:
         """Combined mode: the one DaemonSet changed, so every CR's status may have."""
@@ -135,39 +237,23 @@ class Reconciler:
     async def run(self) -> None:
         """Run the workers and the periodic resync until cancelled."""
         await self._remove_other_mode()
-        tasks = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
-        tasks.append(asyncio.create_task(self._resync()))
+        tasks = [
+            asyncio.create_task(run_worker(self.queue, self._reconcile_key, self._failed))
+            for _ in range(self.cfg.workers or len(self.cfg.kinds))
+        ]
         try:
             await asyncio.gather(*tasks)
         finally:
             for t in tasks:
                 t.cancel()
 
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            failed = False
-            try:
-                await self.reconcile(*key)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the API may be restarting; retry with back-off, never crash
-                failed = True
-                self.metrics.reconcile_errors += 1
-                log.warning("reconcile %s/%s failed: %s", key[0].kind, key[1], exc)
-            finally:
-                self.queue.done(key, failed=failed)
+    async def _reconcile_key(self, key: tuple[DeviceKind, str]) -> None:
+        await self.reconcile(*key)
 
-    async def _resync(self) -> None:
-        """Queue every CR now and then: a safety net for missed events, cheap when nothing changed."""
-        while True:
-            await asyncio.sleep(self.cfg.resync_s)
-            for kind in self.cfg.kinds:
-                try:
-                    async for cr in self.client.list(self.resources[kind]):
-                        self.enqueue(kind, str((cr.get("metadata") or {}).get("name", "")))
-                except Exception as exc:
-                    log.warning("resync of %s failed: %s", kind.kind, exc)
+    def _failed(self, key: tuple[DeviceKind, str], exc: Exception) -> None:
+        # the API may be restarting; the worker retries with back-off
+        self.metrics.reconcile_errors += 1
+        log.warning("reconcile %s/%s failed: %s", key[0].kind, key[1], exc)
 
     async def _remove_other_mode(self) -> None:
         """Delete the DaemonSets of the other arrangement, left over from before the setting changed."""
@@ -189,10 +275,16 @@ class Reconciler:
             return
         self.metrics.reconciles += 1
         res = self.resources[kind]
+        seen = self._seen.pop((kind, name), None)
+        if (kind, name) in self._gone:  # the watch saw it deleted: garbage collection removes the DaemonSet
+            await self._requeue_siblings(kind, exclude=name)
+            return
         try:
-            cr: dict[str, Any] = dict(await self.client.get(res, name))
+            cr: dict[str, Any] = seen if seen is not None else dict(await self.client.get(res, name))
         except Exception as exc:
             if is_status(exc, 404):  # deleted: garbage collection removes the DaemonSet
+                self._own_status.pop((kind, name), None)
+                self._own_daemonset.pop(kind.daemonset_name(name), None)
                 await self._requeue_siblings(kind, exclude=name)
                 return
             raise
@@ -218,16 +310,7 @@ class Reconciler:
             await self._write_status(kind, name, current, compute_status(None, (), (cond,)))
             await self._event(kind, cr, "InvalidSpec", message)
             return
-        ds = await self.client.patch(
-            DaemonSet,
-            p.daemonset["metadata"]["name"],
-            p.daemonset,
-            namespace=self.cfg.namespace,
-            patch_type=PatchType.APPLY,
-            field_manager=FIELD_MANAGER,
-            force=True,
-        )
-        self.metrics.daemonset_applies += 1
+        ds = await self._apply(p.daemonset)
         base = kind.daemonset_base
         pods = [
             _pod_summary(pod)
@@ -243,7 +326,7 @@ class Reconciler:
         conflicts = node_conflicts(per_cr).get(name, {})
         previous = [c for c in current.get("conditions") or () if isinstance(c, Mapping)]
         cond = conflict_condition(kind, conflicts, self._now(), previous, generation)
-        status = compute_status(ds.to_dict(), per_cr.get(name, ()), (cond,))
+        status = compute_status(ds, per_cr.get(name, ()), (cond,))
         was_conflict = any(
             c.get("type") == CONDITION_NODE_CONFLICT and c.get("status") == "True" for c in previous
         )
@@ -348,9 +431,12 @@ class Reconciler:
         patch = status_patch(current, status)
         if patch is None:
             return False
-        await self.client.patch(
+        written = await self.client.patch(
             self.resources[kind].Status, name, {"status": patch}, patch_type=PatchType.MERGE
         )
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self._own_status[(kind, name)] = str(version)
         self.metrics.status_updates += 1
         return True
 
@@ -390,61 +476,31 @@ class Reconciler:
             log.info("could not post event %s for %s/%s: %s", reason, kind.kind, meta.get("name"), exc)
 
 
-def in_cluster_server(env: Mapping[str, str]) -> str | None:
-    """The API server's URL from the ``kubernetes`` Service variables the kubelet sets in every pod.
-
-    kopf's own service-account login names ``kubernetes.default.svc``, which needs cluster DNS; the
-    lightkube client and client-go's in-cluster configuration use these variables, so the operator's
-    watches work wherever its other API calls do (a node without cluster DNS, host networking).
-    """
-    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
-    if not host or not port:
-        return None
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-
-
-def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
-    """kopf registry with one event handler per enabled kind, one for owned DaemonSets, and login."""
-    registry = kopf.OperatorRegistry()
-    kinds = reconciler.cfg.kinds
-
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        info = kopf.login_with_service_account(**kwargs)
-        if info is None:
-            return kopf.login_with_kubeconfig(**kwargs)
-        server = in_cluster_server(os.environ)
-        return dataclasses.replace(info, server=server) if server else info
-
-    for kind in kinds:
-
-        def on_cr(body: kopf.Body, _kind: DeviceKind = kind, **_: Any) -> None:
-            reconciler.enqueue(_kind, str(body.get("metadata", {}).get("name", "")))
-
-        kopf.on.event(GROUP, VERSION, kind.plural, registry=registry, id=f"cr-{kind.value}")(on_cr)
-
-    @kopf.on.event("apps", "v1", "daemonsets", labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}, registry=registry)
-    def on_daemonset(body: kopf.Body, **_: Any) -> None:
-        if (body.get("metadata") or {}).get("name") == COMBINED_NAME:
-            reconciler.enqueue_all()
-            return
-        key = owner_key(body, kinds)
-        if key is not None:
-            reconciler.enqueue(*key)
-
-    return registry
-
-
-def kopf_settings() -> kopf.OperatorSettings:
-    """Settings for running kopf as a pure watcher: no peering CRDs, no cluster scanning, no event posting."""
-    settings = kopf.OperatorSettings()
-    settings.peering.standalone = True
-    settings.scanning.disabled = True
-    settings.posting.enabled = False
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    settings.networking.error_backoffs = (1, 2, 4)  # give up fast; run_controllers restarts the watches
-    return settings
+def watch_streams(reconciler: Reconciler) -> list[Coroutine[Any, Any, None]]:
+    """The streams that feed the queue: every enabled kind's CRs, and the DaemonSets this operator manages."""
+    client, cfg = reconciler.client, reconciler.cfg
+    streams = [
+        follow(
+            client,
+            reconciler.resources[kind],
+            functools.partial(reconciler.on_cr_list, kind),
+            functools.partial(reconciler.on_cr_event, kind),
+            resync_s=cfg.resync_s,
+        )
+        for kind in cfg.kinds
+    ]
+    streams.append(
+        follow(
+            client,
+            DaemonSet,
+            reconciler.on_daemonset_list,
+            reconciler.on_daemonset_event,
+            namespace=cfg.namespace,
+            labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            resync_s=cfg.resync_s,
+        )
+    )
+    return streams
 
 
 ClientFactory = Callable[[], AsyncClient]
@@ -459,8 +515,8 @@ async def wait_for_crds(
 ) -> bool:
     """Block until every enabled kind is served by the API; False if ``stop`` is set first.
 
-    kopf resolves the resources it watches once at start-up (scanning is off to spare RBAC), so it must not
-    start before the CRDs applied alongside the operator are established.
+    The streams would retry a missing resource only now and then, so they start once the CRDs applied
+    alongside the operator are established.
     """
     resources = cr_resources()
     pending = list(kinds)
@@ -480,39 +536,23 @@ async def wait_for_crds(
 async def _controllers(
     config: ControllerConfig, metrics: Metrics, stop: threading.Event, client_factory: ClientFactory
 ) -> None:
-    """Body of the controller thread: kopf watches plus reconcile workers on this thread's own loop.
+    """Body of the controller thread: the watch streams and the reconcile workers, until ``stop`` is set.
 
-    If kopf gives up (e.g. the API server stays unreachable past its retries), it is started again after a
-    back-off, so an API server restart never ends the process.
+    The streams retry and relist by themselves, so an API server restart never ends them.
     """
     client = client_factory()
     reconciler = Reconciler(client, config, metrics)
-    registry = build_registry(reconciler)
-    workers = asyncio.create_task(reconciler.run())  # exists before kopf starts, so kopf leaves it alone
-    failures = 0
+    workers = asyncio.create_task(reconciler.run())
+    streams: list[asyncio.Task[None]] = []
     try:
         if not await wait_for_crds(client, config.kinds, stop):
             return
-        while not stop.is_set():
-            try:
-                await kopf.operator(
-                    registry=registry,
-                    settings=kopf_settings(),
-                    namespaces=[config.namespace],
-                    standalone=True,
-                    identity=config.identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
-                    stop_flag=stop,
-                )
-                failures = 0
-                continue
-            except Exception as exc:
-                failures += 1
-                delay = backoff(failures, base=1.0, ceiling=30.0)
-                log.error("watches stopped (%s); restarting in %.0f s", exc, delay)
-            await asyncio.to_thread(stop.wait, delay)
+        streams = [asyncio.create_task(s) for s in watch_streams(reconciler)]
+        await asyncio.to_thread(stop.wait)
     finally:
-        workers.cancel()
-        await asyncio.gather(workers, return_exceptions=True)
+        for task in (*streams, workers):
+            task.cancel()
+        await asyncio.gather(*streams, workers, return_exceptions=True)
         with contextlib.suppress(Exception):
             await client.close()
 
@@ -522,8 +562,8 @@ async def run_controllers(
 ) -> None:
     """Run the controllers in their own thread and event loop until this coroutine is cancelled.
 
-    kopf cancels every task created in its loop after it started when it stops, and it replaces the process's
-    signal handlers; a private loop keeps the webhook server, health probes and leader election out of reach.
+    A private loop keeps bursts of reconcile work from delaying the webhook server, the health probes and
+    the leader election, which answer on the caller's loop.
     """
     stop = threading.Event()
     failure: list[BaseException] = []

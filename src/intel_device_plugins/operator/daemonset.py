@@ -1,4 +1,4 @@
-"""Pure builders of the plugin DaemonSet for each kind (§1.5).
+"""Pure builders of the plugin DaemonSet for each kind (docs/operator.md, "What the operator deploys").
 
 ``desired_daemonset`` returns the complete object the operator applies with server-side apply; because every
 field the operator cares about is in it, reapplying changes nothing and hand edits are undone.

@@ -11,41 +11,28 @@ Upstream's image names stay valid in CRs. How versions relate (see docs/install.
   our image is its drop-in replacement); a newer upstream tag or a digest is deployed as written;
 - a CR naming our node image at the operator's version or below gets the operator's configured plugin image
   (so upgrading the operator upgrades the plugins, as upstream's minimum-version rule did).
-No module other than this one spells an image.
+No module other than this one and ``kube/images.py`` (this project's own two images) spells an image.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Final
 
+from intel_device_plugins.kube.images import DEFAULT_IMAGE_PREFIX as DEFAULT_IMAGE_PREFIX
+from intel_device_plugins.kube.images import NODE_IMAGE_NAME as NODE_IMAGE_NAME
+from intel_device_plugins.kube.images import OPERATOR_IMAGE_NAME as OPERATOR_IMAGE_NAME
+from intel_device_plugins.kube.images import PROJECT_VERSION as PROJECT_VERSION
+from intel_device_plugins.kube.images import image as image
+from intel_device_plugins.kube.images import node_image as node_image
+from intel_device_plugins.kube.images import operator_image as operator_image
 from intel_device_plugins.operator.imageref import parse_image
 from intel_device_plugins.operator.kinds import DeviceKind
-
-
-def _package_version() -> str:
-    try:
-        return importlib.metadata.version("intel-device-plugins")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - the package is always installed
-        return "0.0.0"
-
-
-#: Version of this project; the tag of its images.
-PROJECT_VERSION: Final = _package_version()
 
 #: Upstream release that this project replaces; also the lowest tag kept for upstream's init images.
 UPSTREAM_VERSION: Final = "0.36.0"
 
 #: Registry namespace (vendor path) of upstream's images, named in messages and migration notes only.
 UPSTREAM_VENDOR: Final = "intel"
-
-#: Default repository prefix of this project's images: unqualified, so the runtime's registry settings
-#: decide where it comes from until an installation names its own registry.
-DEFAULT_IMAGE_PREFIX: Final = "intel-device-plugins"
-
-#: Image names (last path segment) of this project's images, one per Containerfile target.
-OPERATOR_IMAGE_NAME: Final = "intel-deviceplugin-operator"
-NODE_IMAGE_NAME: Final = "intel-device-plugins-node"
 
 #: Environment variable (and, lower-cased, the operator flag ``--deviceplugin-image``) naming the plugin
 #: image the operator deploys for CRs that ask for this project's or upstream's default image.
@@ -70,22 +57,6 @@ _LEGACY_INIT_IMAGE_NAMES: Final[dict[DeviceKind, str]] = {
     DeviceKind.DLB: "intel-dlb-initimage",
     DeviceKind.FPGA: "intel-fpga-initimage",
 }
-
-
-def image(name: str, prefix: str = DEFAULT_IMAGE_PREFIX, tag: str = PROJECT_VERSION) -> str:
-    """``<prefix>/<name>:<tag>``; an empty prefix leaves the bare name."""
-    prefix = prefix.rstrip("/")
-    return f"{prefix}/{name}:{tag}" if prefix else f"{name}:{tag}"
-
-
-def node_image(prefix: str = DEFAULT_IMAGE_PREFIX, tag: str = PROJECT_VERSION) -> str:
-    """This project's node image (every plugin and hook)."""
-    return image(NODE_IMAGE_NAME, prefix, tag)
-
-
-def operator_image(prefix: str = DEFAULT_IMAGE_PREFIX, tag: str = PROJECT_VERSION) -> str:
-    """This project's operator image, as the manifests and charts reference it."""
-    return image(OPERATOR_IMAGE_NAME, prefix, tag)
 
 
 def upstream_plugin_image_name(kind: DeviceKind) -> str:

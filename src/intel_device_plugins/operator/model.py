@@ -1,36 +1,38 @@
 """Typed model of the ``deviceplugin.intel.com/v1`` custom resources: the single source of truth.
 
-Each spec is a frozen dataclass whose fields carry their JSON name and OpenAPI schema in ``metadata``. The CRD
-generator, the parser used by the webhooks and the controller, and the DaemonSet builders all read these
-classes, so a field exists in exactly one place.
+Declared in the project's CRD model language (``kube/crdmodel.py``). The CRD generator, the parser used by
+the webhooks and the controller, and the DaemonSet builders all read these classes, so a field exists in
+exactly one place. The parser below keeps upstream's messages for tolerations and node selectors.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar, cast
 
+from intel_device_plugins.flags import MAX_SHARED_DEV_NUM
+from intel_device_plugins.kube.crdmodel import EMPTY, Model, field, model_fields
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.schemacheck import FieldError as FieldError
 from intel_device_plugins.schemacheck import JSONSchema as JSONSchema
+from intel_device_plugins.schemacheck import SpecError as SpecError
 from intel_device_plugins.schemacheck import check_value
 
-_EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
+_EMPTY: Final[Mapping[str, str]] = EMPTY
 
 
 def _spec_field(json_name: str, schema: JSONSchema, description: str, default: Any = None) -> Any:
-    """Declare a spec field with its JSON name, schema and description (the description lands in the CRD)."""
-    meta = {"json": json_name, "schema": {**schema, "description": description}}
-    if isinstance(default, Mapping):
-        return dataclasses.field(default_factory=lambda: _EMPTY, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    """``crdmodel.field`` with the arguments in the order this module's declarations read best."""
+    return field(json_name, description, schema, default=default)
 
 
 _STR: Final[JSONSchema] = {"type": "string"}
 _NONNEG_INT: Final[JSONSchema] = {"type": "integer", "minimum": 0}
 _POS_INT: Final[JSONSchema] = {"type": "integer", "minimum": 1}
+# The plugins' -shared-dev-num maximum: the device list must stay well within the kubelet's message limit.
+_SHARED_DEV_NUM: Final[JSONSchema] = {"type": "integer", "minimum": 1, "maximum": MAX_SHARED_DEV_NUM}
 _BOOL: Final[JSONSchema] = {"type": "boolean"}
 
 TOLERATION_SCHEMA: Final[JSONSchema] = {
@@ -77,7 +79,7 @@ class Toleration:
 
 
 @dataclasses.dataclass(frozen=True)
-class CommonSpec:
+class CommonSpec(Model):
     """Fields shared by every kind. ``init_image`` is excluded for NPU by the NPU spec itself."""
 
     KIND: ClassVar[DeviceKind]
@@ -123,7 +125,7 @@ class DsaSpec(InitImageSpec):
         "idxd",
     )
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one shared work queue.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one shared work queue.", 0
     )
 
 
@@ -168,7 +170,7 @@ class GpuSpec(InitImageSpec):
         "",
     )
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one GPU.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one GPU.", 0
     )
     enable_monitoring: bool = _spec_field(
         "enableMonitoring", _BOOL, "Expose the monitoring resource that grants access to all GPUs.", False
@@ -189,7 +191,7 @@ class IaaSpec(InitImageSpec):
         "provisioningConfig", _STR, "Name of a ConfigMap with the idxd provisioning configuration.", ""
     )
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one shared work queue.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one shared work queue.", 0
     )
 
 
@@ -199,7 +201,7 @@ class NpuSpec(CommonSpec):
     HAS_INIT_IMAGE: ClassVar[bool] = False
 
     shared_dev_num: int = _spec_field(
-        "sharedDevNum", _POS_INT, "Number of containers that may share one NPU.", 0
+        "sharedDevNum", _SHARED_DEV_NUM, "Number of containers that may share one NPU.", 0
     )
 
 
@@ -405,17 +407,9 @@ class PluginStatus:
 # Parsing
 
 
-class SpecError(ValueError):
-    """Raised when a spec cannot be turned into its typed model; carries every field error found."""
-
-    def __init__(self, errors: Sequence[FieldError]) -> None:
-        super().__init__("; ".join(str(e) for e in errors))
-        self.errors = tuple(errors)
-
-
 def spec_fields(cls: type[CommonSpec]) -> tuple[dataclasses.Field[Any], ...]:
     """Fields of a spec class that belong in the CRD, sorted by JSON name (NPU drops initImage)."""
-    return tuple(sorted(dataclasses.fields(cls), key=lambda f: str(f.metadata["json"])))
+    return model_fields(cls)
 
 
 def _parse_toleration(path: str, raw: Mapping[str, Any], errors: list[FieldError]) -> Toleration:

@@ -1,4 +1,6 @@
-"""Effective images: ``<IMAGE_NAME>_SHA`` overrides, the operator's plugin image, and version upgrades (§1.6).
+"""Effective images: ``<IMAGE_NAME>_SHA`` overrides, the operator's plugin image, and version upgrades.
+
+The rules are described in docs/operator.md, "Image overrides and upgrades".
 
 The operator never rewrites the CR: it computes the *effective* images that go into the DaemonSet. The CR
 stays the user's intent (GitOps tools see no drift) while operator upgrades still upgrade plugins.

@@ -1,4 +1,6 @@
-"""Defaulting and validation of the device plugin CRs (§1.3), as pure functions over the typed model.
+"""Defaulting and validation of the device plugin CRs, as pure functions over the typed model.
+
+The rules are described in docs/operator.md, "Admission webhooks".
 
 Messages keep upstream's wording but always name the field, e.g. ``spec.image: incorrect image name …``.
 Deliberate differences from upstream, each of which only accepts more:
@@ -124,7 +126,7 @@ def _pci_ids(path: str, value: str, label: str) -> list[FieldError]:
 
 
 def validate_spec(spec: AnySpec) -> Verdict:
-    """All rules of §1.3 for the spec's kind; old objects are not consulted, so create and update agree."""
+    """All admission rules for the spec's kind; old objects are not consulted, so create and update agree."""
     kind = spec.KIND
     errors: list[FieldError] = []
     warnings: list[str] = []

@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
-    configure_logging,
+    GoFlagParser,
     framework_config,
     new_parser,
     serve_and_exit,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.logconfig import configure_logging
 
 KINDS: Mapping[str, str] = MappingProxyType(
     {
@@ -63,7 +63,7 @@ def _names_common_flag(word: str) -> str | None:
     return name if word.startswith("-") and name in COMMON_FLAGS else None
 
 
-def build_kind(spec: str, common: Sequence[str], parser: PluginArgumentParser) -> Sequence[Scanner]:
+def build_kind(spec: str, common: Sequence[str], parser: GoFlagParser) -> Sequence[Scanner]:
     """Plugins for one ``--plugin`` value; errors are reported through ``parser`` (exit code 2)."""
     words = shlex.split(spec)
     if not words or words[0] not in KINDS:
@@ -74,7 +74,7 @@ def build_kind(spec: str, common: Sequence[str], parser: PluginArgumentParser) -
         if common_flag is not None:
             parser.error(f"--plugin {spec!r}: -{common_flag} is common to all kinds; give it before --plugin")
     module = importlib.import_module(KINDS[kind])
-    kind_parser: PluginArgumentParser = module.build_parser()
+    kind_parser: GoFlagParser = module.build_parser()
     kind_args = kind_parser.parse_args([*flags, *common])
     try:
         plugins: Sequence[Scanner] = module.build_plugins(kind_args)
@@ -83,7 +83,7 @@ def build_kind(spec: str, common: Sequence[str], parser: PluginArgumentParser) -
     return plugins
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser("intel_device_plugins", "Serve several Intel device plugin kinds from one process.")
     parser.add_flag(
         "plugin",

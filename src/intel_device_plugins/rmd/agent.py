@@ -1,4 +1,4 @@
-"""The node agent's decisions (§9) as pure functions: pod + its CPUs → the RmdWorkloads it should own.
+"""The node agent's decisions (docs/rmd.md), pure: pod + its CPUs → the RmdWorkloads it should own.
 
 A container asking for ``intel.com/l3_cache_ways`` (in its limits) and owning exclusive CPUs (Guaranteed
 QoS and an integral CPU request, so the kubelet's static CPU manager pins it) gets an RmdWorkload named
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from intel_device_plugins.rmd import cpuset
 from intel_device_plugins.rmd.model import API_VERSION, RmdWorkloadSpec, SpecError, parse
+from intel_device_plugins.rmd.payload import rmd_core_ids
 
 RESOURCE: Final = "intel.com/l3_cache_ways"
 WORKLOAD_INFIX: Final = "-rmd-workload-"
@@ -162,7 +162,7 @@ def desired_workloads(pod: Mapping[str, Any], cpus: Mapping[str, Sequence[int]])
         ways = int(ways_q)
         extra, problems = _annotation_fields(name, annotations)
         spec: dict[str, Any] = {
-            "coreIds": [cpuset.format_cpus(own)],
+            "coreIds": rmd_core_ids(frozenset(own)),
             "rdt": {"cache": {"max": ways, "min": ways}, **(extra.pop("rdt", {}))},
             "nodes": [node],
             **extra,
@@ -190,8 +190,9 @@ def desired_workloads(pod: Mapping[str, Any], cpus: Mapping[str, Sequence[int]])
                                 "kind": "Pod",
                                 "name": pod_name,
                                 "uid": str(meta.get("uid", "")),
+                                # No blockOwnerDeletion: it needs pods/finalizers, which the agent lacks,
+                                # and the workload's own finalizer already cleans RMD up.
                                 "controller": True,
-                                "blockOwnerDeletion": True,
                             }
                         ],
                     },

@@ -10,6 +10,7 @@ created that way logs a warning.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ MIN_RSA_BITS: Final = 2048
 CA_FILE: Final = "ca.crt"
 CERT_FILE: Final = "tls.crt"
 KEY_FILE: Final = "tls.key"
+EXPIRY_WARNING: Final = dt.timedelta(days=14)
 
 
 class TlsConfigError(ValueError):
@@ -81,17 +83,28 @@ class TlsMaterial:
         return cls(parts[0], parts[1], parts[2], str(directory))
 
 
-def check_material(material: TlsMaterial) -> None:
-    """Reject material RMD would refuse or that is weak, naming the problem (no fallback follows)."""
+def check_material(material: TlsMaterial, now: dt.datetime | None = None) -> None:
+    """Reject material RMD would refuse, that is weak or out of its validity period, naming the file and the
+    problem (no fallback follows). An expired certificate would otherwise fail every call later as a
+    dropped connection."""
     where = material.source
+    now = now or dt.datetime.now(dt.UTC)
     try:
         cert = x509.load_pem_x509_certificate(material.cert)
     except ValueError as exc:
         raise TlsConfigError(f"{where}/{CERT_FILE}: not a PEM certificate") from exc
     try:
-        x509.load_pem_x509_certificates(material.ca)
+        cas = x509.load_pem_x509_certificates(material.ca)
     except ValueError as exc:
         raise TlsConfigError(f"{where}/{CA_FILE}: not a PEM certificate bundle") from exc
+    if cert.not_valid_after_utc <= now:
+        raise TlsConfigError(f"{where}/{CERT_FILE}: expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+    if cert.not_valid_before_utc > now:
+        raise TlsConfigError(
+            f"{where}/{CERT_FILE}: not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+        )
+    if all(ca.not_valid_after_utc <= now for ca in cas):
+        raise TlsConfigError(f"{where}/{CA_FILE}: every CA certificate has expired")
     try:
         key = serialization.load_pem_private_key(material.key, password=None)
     except (ValueError, TypeError) as exc:
@@ -108,11 +121,7 @@ def check_material(material: TlsMaterial) -> None:
         raise TlsConfigError(f"{where}: {CERT_FILE} and {KEY_FILE} do not belong together")
 
 
-def client_ssl_context(material: TlsMaterial) -> ssl.SSLContext:
-    """TLS ≥ 1.2 client context presenting the client certificate and trusting only ``material.ca``."""
-    check_material(material)
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=material.ca.decode())
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+def _load_chain(ctx: ssl.SSLContext, material: TlsMaterial) -> None:
     # ssl loads a chain only from files: a private directory that is removed at once.
     with tempfile.TemporaryDirectory(prefix="rmd-tls-") as tmp:
         cert_path, key_path = os.path.join(tmp, "c"), os.path.join(tmp, "k")
@@ -121,7 +130,70 @@ def client_ssl_context(material: TlsMaterial) -> ssl.SSLContext:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
         ctx.load_cert_chain(cert_path, key_path)
+
+
+def client_ssl_context(material: TlsMaterial) -> ssl.SSLContext:
+    """TLS ≥ 1.2 client context presenting the client certificate and trusting only ``material.ca``."""
+    check_material(material)
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=material.ca.decode())
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_chain(ctx, material)
     return ctx
+
+
+def expiry_warning(material: TlsMaterial, now: dt.datetime, ahead: dt.timedelta = EXPIRY_WARNING) -> str:
+    """A warning naming the certificate when it expires within ``ahead``, else ""."""
+    cert = x509.load_pem_x509_certificate(material.cert)
+    left = cert.not_valid_after_utc - now
+    if left > ahead:
+        return ""
+    return (
+        f"{material.source}/{CERT_FILE} expires on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC "
+        f"({left.days} days): issue new certificates (intel-rmd-certs) and apply them"
+    )
+
+
+@dataclasses.dataclass
+class TlsReloader:
+    """Keeps a client context current with its mounted Secret: the kubelet updates the files when the Secret
+    changes, and ``check`` loads new material into the same context (new connections use it)."""
+
+    directory: Path
+    context: ssl.SSLContext
+    loaded: TlsMaterial
+    warned: str = ""
+
+    @classmethod
+    def start(cls, directory: Path) -> TlsReloader:
+        material = TlsMaterial.from_dir(directory)
+        reloader = cls(directory, client_ssl_context(material), material)
+        reloader.check()
+        return reloader
+
+    def check(self, now: dt.datetime | None = None) -> bool:
+        """Reload if the files changed and the new material is good; True when it was reloaded. Bad new
+        material is logged and the current one kept: the process keeps running."""
+        now = now or dt.datetime.now(dt.UTC)
+        reloaded = False
+        try:
+            material = TlsMaterial.from_dir(self.directory)
+            if (material.ca, material.cert, material.key) != (
+                self.loaded.ca,
+                self.loaded.cert,
+                self.loaded.key,
+            ):
+                check_material(material, now)
+                self.context.load_verify_locations(cadata=material.ca.decode())
+                _load_chain(self.context, material)
+                self.loaded, reloaded = material, True
+                log.info("reloaded the client certificate from %s", self.directory)
+        except (TlsConfigError, ssl.SSLError) as exc:
+            log.error("keeping the current client certificate: %s", exc)
+        warning = expiry_warning(self.loaded, now)
+        if warning and warning != self.warned:
+            log.warning("%s", warning)
+        self.warned = warning
+        return reloaded
 
 
 @dataclasses.dataclass(frozen=True)

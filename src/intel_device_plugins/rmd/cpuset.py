@@ -9,8 +9,14 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-# One element: a CPU, a range, optionally negated. The CRD schema uses the same expression.
+# One element: a CPU, a range, optionally negated. The CRD schema uses the same expression, and the same
+# check that ranges ascend (a rule the API server evaluates; ``parse`` refuses such a range too).
 CPUSET_PATTERN: Final = r"^\^?[0-9]+(-[0-9]+)?(,\^?[0-9]+(-[0-9]+)?)*$"
+ASCENDING_RANGES_CEL: Final = (
+    "self.split(',').all(e, !e.contains('-') || "
+    "int(e.replace('^', '').split('-')[0]) <= int(e.split('-')[1]))"
+)
+ASCENDING_MESSAGE: Final = "a CPU range must not end before it starts"
 MAX_CPU: Final = 1 << 16  # bounds what a request can make us allocate
 _ELEMENT = re.compile(r"^(\^?)([0-9]+)(?:-([0-9]+))?$")
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from intel_device_plugins.operator.crdgen import crd_document, render_document
+from intel_device_plugins.kube.crds import crd_document, render_document
 from intel_device_plugins.rmd.model import (
     CONFIG_NAME,
     GROUP,
@@ -197,11 +197,9 @@ def crd(kind: CrdKind) -> dict[str, Any]:
     columns = tuple({k: (int(v) if k == "priority" else v) for k, v in c.items()} for c in kind.columns)
     schema = json.loads(json.dumps(schema))  # no shared sub-objects, so no YAML anchors
     return crd_document(
-        group=GROUP,
-        version=VERSION,
-        kind=kind.kind,
-        plural=kind.plural,
-        singular=kind.singular,
+        GROUP,
+        VERSION,
+        kind,
         scope="Namespaced",
         schema=schema,
         printer_columns=columns,  # type: ignore[arg-type]

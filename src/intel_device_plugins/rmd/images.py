@@ -1,7 +1,7 @@
 """Container images of the RMD operator's components.
 
 The operator, node agent and l3_cache_ways device plugin are console scripts of this project, so they run
-from its two images (names, prefix and tag come from ``operator/images.py``): the operator from the non-root
+from its two images (names, prefix and tag come from ``kube/images.py``): the operator from the non-root
 operator image, the agent and plugin from the node image, each picked with ``command``. Only RMD itself is a
 separate daemon with its own image; an RmdConfig's ``spec.rmdImage`` overrides the default below.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from intel_device_plugins.operator import images
+from intel_device_plugins.kube import images
 
 #: Console scripts (pyproject.toml) the manifests and DaemonSets run.
 OPERATOR_COMMAND: Final = "intel-rmd-operator"

@@ -1,25 +1,25 @@
 """Typed model of the ``intel.com/v1alpha1`` RMD custom resources: the single source of truth.
 
-Every spec is a frozen dataclass whose fields carry their JSON name, OpenAPI schema and description in
-``metadata``; nested objects are dataclasses too. Cross-field rules are declared once as ``Rule`` objects
-holding both a CEL expression (rendered into the CRD as ``x-kubernetes-validations``, so the API server
-rejects bad objects without a webhook) and the same check in Python (used by the operator on objects stored
-before the rule existed, and by the tests). The CRD generator, the parser and the payload builder all read
-these classes, so a field or a rule exists in exactly one place.
+Declared in the project's CRD model language (``kube/crdmodel.py``): nested models, and cross-field rules
+that the API server checks as CEL and the operator checks in Python (on objects stored before the rule
+existed). The CRD generator, the parser and the payload builder all read these classes, so a field or a
+rule exists in exactly one place.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final
 
-from intel_device_plugins.operator.model import FieldError, SpecError
+from intel_device_plugins.kube import crdmodel
+from intel_device_plugins.kube.crdmodel import EMPTY, M, Model, Rule, field, model_fields, schema_of, to_json
 from intel_device_plugins.rmd import cpuset
-from intel_device_plugins.schemacheck import JSONSchema, PatternCheck, check_value
+from intel_device_plugins.schemacheck import FieldError, JSONSchema, PatternCheck, SpecError
 
-__all__ = ["FieldError", "JSONSchema", "SpecError"]
+__all__ = ["FieldError", "JSONSchema", "Model", "SpecError", "model_fields", "schema_of", "to_json"]
 
 GROUP: Final = "intel.com"
 VERSION: Final = "v1alpha1"
@@ -27,55 +27,32 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 CONFIG_NAME: Final = "rmdconfig"  # RmdConfig is a singleton with this name
 NODE_STATE_PREFIX: Final = "rmd-node-state-"
 
-_EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
+
 _MAX_LIST: Final = 1024  # bounds list sizes (and the cost of the CEL rules over them)
 _MAX_STR: Final = 253
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """A cross-field rule: ``cel`` for the API server, ``holds`` for Python; both must agree."""
-
-    cel: str
-    message: str
-    holds: Callable[[Any], bool]
-
-
-def _field(
-    json_name: str,
-    description: str,
-    schema: JSONSchema | None = None,
-    *,
-    default: Any = None,
-    model: type[Model] | None = None,
-) -> Any:
-    """Declare a field: a JSON schema, or a nested ``model`` class (then the default is None)."""
-    meta: dict[str, Any] = {"json": json_name, "schema": schema, "description": description}
-    if model is not None:
-        meta["model"] = model
-    if isinstance(default, Mapping):
-        return dataclasses.field(default_factory=lambda: _EMPTY, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
 
 
 _STR: Final[JSONSchema] = {"type": "string", "maxLength": _MAX_STR}
 _NONNEG: Final[JSONSchema] = {"type": "integer", "minimum": 0}
 _BOOL: Final[JSONSchema] = {"type": "boolean"}
 _STR_MAP: Final[JSONSchema] = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 63}}
+# CPU lists are bounded tighter than other lists: the API server prices the ascending-range rule by
+# items times length squared, and 128 lists of 64 characters are what its budget allows.
 _CPUSET_LIST: Final[JSONSchema] = {
     "type": "array",
-    "maxItems": _MAX_LIST,
-    "items": {"type": "string", "maxLength": 4096, "pattern": cpuset.CPUSET_PATTERN},
+    "maxItems": 128,
+    "items": {
+        "type": "string",
+        "maxLength": 64,
+        "pattern": cpuset.CPUSET_PATTERN,
+        # The pattern cannot compare numbers; ``_cpuset_error`` is the same rule for the operator.
+        "x-kubernetes-validations": [
+            {"rule": cpuset.ASCENDING_RANGES_CEL, "message": cpuset.ASCENDING_MESSAGE}
+        ],
+    },
 }
 _NODE_LIST: Final[JSONSchema] = {"type": "array", "maxItems": _MAX_LIST, "items": _STR}
 _LEGACY: Final[JSONSchema] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-
-
-class Model:
-    """Base of the model classes: ``RULES`` are checked after every field parsed."""
-
-    RULES: ClassVar[tuple[Rule, ...]] = ()
-    REQUIRED: ClassVar[tuple[str, ...]] = ()  # JSON names that must be present
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +69,8 @@ class CacheSpec(Model):
         ),
     )
 
-    max: int = _field("max", "Most cache ways the workload may use.", _NONNEG, default=0)
-    min: int = _field("min", "Cache ways the workload is guaranteed.", _NONNEG, default=0)
+    max: int = field("max", "Most cache ways the workload may use.", _NONNEG, default=0)
+    min: int = field("min", "Cache ways the workload is guaranteed.", _NONNEG, default=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,10 +85,10 @@ class MbaSpec(Model):
         ),
     )
 
-    percentage: int | None = _field(
+    percentage: int | None = field(
         "percentage", "Share of memory bandwidth, 1-100.", {"type": "integer", "minimum": 1, "maximum": 100}
     )
-    mbps: int | None = _field(
+    mbps: int | None = field(
         "mbps", "Memory bandwidth in MBps.", {"type": "integer", "minimum": 1, "maximum": 4294967290}
     )
 
@@ -120,22 +97,22 @@ class MbaSpec(Model):
 class RdtSpec(Model):
     """Resource Director Technology settings."""
 
-    cache: CacheSpec | None = _field(  # noqa: RUF009 (a frozen field descriptor)
+    cache: CacheSpec | None = field(  # noqa: RUF009 (a frozen field descriptor)
         "cache", "L3 cache ways; absent means no cache request.", model=CacheSpec
     )
-    mba: MbaSpec | None = _field("mba", "Memory bandwidth allocation.", model=MbaSpec)  # noqa: RUF009 (a frozen field descriptor)
+    mba: MbaSpec | None = field("mba", "Memory bandwidth allocation.", model=MbaSpec)  # noqa: RUF009 (a frozen field descriptor)
 
 
 @dataclasses.dataclass(frozen=True)
 class PstateSpec(Model):
     """Parameters of RMD's P-state plugin."""
 
-    ratio: str | None = _field(
+    ratio: str | None = field(
         "ratio",
         'P-state ratio as a decimal number, e.g. "1.5".',
         {"type": "string", "maxLength": 32, "pattern": r"^[0-9]+(\.[0-9]+)?$"},
     )
-    monitoring: str | None = _field(
+    monitoring: str | None = field(
         "monitoring", "P-state monitoring.", {"type": "string", "enum": ["on", "off"]}
     )
 
@@ -144,7 +121,7 @@ class PstateSpec(Model):
 class PluginsSpec(Model):
     """RMD plugin parameters."""
 
-    pstate: PstateSpec | None = _field("pstate", "P-state plugin parameters.", model=PstateSpec)  # noqa: RUF009 (a frozen field descriptor)
+    pstate: PstateSpec | None = field("pstate", "P-state plugin parameters.", model=PstateSpec)  # noqa: RUF009 (a frozen field descriptor)
 
 
 def _has_nodes(s: RmdWorkloadSpec) -> bool:
@@ -188,6 +165,12 @@ class RmdWorkloadSpec(Model):
             lambda s: not s.reserved_core_ids or s.all_cores,
         ),
         Rule(
+            "!has(self.rdt) || !has(self.rdt.mba) || has(self.rdt.cache) || "
+            "(has(self.policy) && size(self.policy) > 0)",
+            "rdt.mba needs rdt.cache (RMD refuses memory bandwidth without a cache request)",
+            lambda s: s.rdt is None or s.rdt.mba is None or s.rdt.cache is not None or bool(s.policy),
+        ),
+        Rule(
             "has(self.policy) || (has(self.rdt) && (has(self.rdt.cache) || has(self.rdt.mba))) || "
             "(has(self.plugins) && has(self.plugins.pstate))",
             "nothing to enforce: set policy, rdt.cache, rdt.mba or plugins.pstate",
@@ -199,38 +182,38 @@ class RmdWorkloadSpec(Model):
         ),
     )
 
-    all_cores: bool = _field(
+    all_cores: bool = field(
         "allCores", "Use every CPU of the node except reservedCoreIds.", _BOOL, default=False
     )
-    core_ids: tuple[str, ...] = _field(
+    core_ids: tuple[str, ...] = field(
         "coreIds",
         'CPU lists such as "0-3" or "6"; the workload\'s CPUs are their union.',
         _CPUSET_LIST,
         default=(),
     )
-    reserved_core_ids: tuple[str, ...] = _field(
+    reserved_core_ids: tuple[str, ...] = field(
         "reservedCoreIds", "CPU lists left out when allCores is set.", _CPUSET_LIST, default=()
     )
-    policy: str | None = _field(
+    policy: str | None = field(
         "policy",
         "RMD policy (e.g. gold, silver, bronze).",
         {"type": "string", "minLength": 1, "maxLength": 63},
     )
-    rdt: RdtSpec | None = _field("rdt", "Cache and memory bandwidth settings.", model=RdtSpec)  # noqa: RUF009 (a frozen field descriptor)
-    plugins: PluginsSpec | None = _field("plugins", "RMD plugin parameters.", model=PluginsSpec)  # noqa: RUF009 (a frozen field descriptor)
-    node_selector: Mapping[str, str] = _field(
+    rdt: RdtSpec | None = field("rdt", "Cache and memory bandwidth settings.", model=RdtSpec)  # noqa: RUF009 (a frozen field descriptor)
+    plugins: PluginsSpec | None = field("plugins", "RMD plugin parameters.", model=PluginsSpec)  # noqa: RUF009 (a frozen field descriptor)
+    node_selector: Mapping[str, str] = field(
         "nodeSelector",
         "Labels of the nodes to apply the workload on (combined with the RmdConfig's rmdNodeSelector).",
         _STR_MAP,
-        default=_EMPTY,
+        default=EMPTY,
     )
-    nodes: tuple[str, ...] = _field(
+    nodes: tuple[str, ...] = field(
         "nodes", "Names of the nodes to apply the workload on.", _NODE_LIST, default=()
     )
-    legacy_cache: Mapping[str, Any] | None = _field(
+    legacy_cache: Mapping[str, Any] | None = field(
         "cache", "Rejected: the v0.1 layout; use rdt.cache.", _LEGACY
     )
-    legacy_pstate: Mapping[str, Any] | None = _field(
+    legacy_pstate: Mapping[str, Any] | None = field(
         "pstate", "Rejected: the v0.1 layout; use plugins.pstate.", _LEGACY
     )
 
@@ -245,65 +228,32 @@ class RmdNodeStateSpec(Model):
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("node",)
 
-    node: str = _field(
+    node: str = field(
         "node", "Node name.", {"type": "string", "minLength": 1, "maxLength": _MAX_STR}, default=""
     )
-    node_uid: str = _field("nodeUid", "UID of the Node object.", _STR, default="")
+    node_uid: str = field("nodeUid", "UID of the Node object.", _STR, default="")
 
 
 @dataclasses.dataclass(frozen=True)
 class RmdConfigSpec(Model):
     """Where RMD and the node agent run. Only one RmdConfig, named rmdconfig, is read."""
 
-    rmd_image: str = _field(
+    rmd_image: str = field(
         "rmdImage", "Container image of RMD; empty means the operator's default.", _STR, default=""
     )
-    deploy_node_agent: bool = _field(
+    deploy_node_agent: bool = field(
         "deployNodeAgent",
         "Run the node agent, which turns pods requesting intel.com/l3_cache_ways into RmdWorkloads.",
         _BOOL,
         default=False,
     )
-    rmd_node_selector: Mapping[str, str] = _field(
+    rmd_node_selector: Mapping[str, str] = field(
         "rmdNodeSelector",
         "Labels of the nodes that run RMD; empty means nodes with L3 cache allocation "
         "(feature.node.kubernetes.io/cpu-rdt.RDTL3CA=true, labelled by NFD).",
         _STR_MAP,
-        default=_EMPTY,
+        default=EMPTY,
     )
-
-
-M = TypeVar("M", bound=Model)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Schema
-
-
-def model_fields(cls: type[Model]) -> tuple[dataclasses.Field[Any], ...]:
-    """Fields in JSON-name order (the schema's and the error messages' order)."""
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    return tuple(sorted(fields, key=lambda f: str(f.metadata["json"])))
-
-
-def schema_of(cls: type[Model], description: str | None = None) -> JSONSchema:
-    """Structural OpenAPI v3 schema of a model class, with its rules as ``x-kubernetes-validations``."""
-    props: dict[str, JSONSchema] = {}
-    for f in model_fields(cls):
-        model = f.metadata.get("model")
-        desc = str(f.metadata["description"])
-        sub = schema_of(model, desc) if model is not None else {**f.metadata["schema"], "description": desc}
-        props[str(f.metadata["json"])] = sub
-    out: JSONSchema = {
-        "type": "object",
-        "description": description or (cls.__doc__ or "").strip().splitlines()[0],
-        "properties": props,
-    }
-    if cls.REQUIRED:
-        out["required"] = list(cls.REQUIRED)
-    if cls.RULES:
-        out["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in cls.RULES]
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -311,72 +261,19 @@ def schema_of(cls: type[Model], description: str | None = None) -> JSONSchema:
 
 
 def _cpuset_error(value: str) -> str | None:
+    """The CRD's rule for a CPU list (its pattern, then ranges in ascending order), as one check."""
+    if re.fullmatch(cpuset.CPUSET_PATTERN.strip("^$"), value) is None:
+        return f'"{value}" does not match {cpuset.CPUSET_PATTERN}'
     try:
         cpuset.parse(value)
-    except cpuset.CpusetError as exc:
-        return str(exc)
+    except cpuset.CpusetError:
+        return f'"{value}": {cpuset.ASCENDING_MESSAGE}'
     return None
 
 
 _PATTERN_CHECKS: Final[Mapping[str, PatternCheck]] = MappingProxyType({cpuset.CPUSET_PATTERN: _cpuset_error})
 
 
-def _parse_into(cls: type[M], raw: Any, path: str, errors: list[FieldError]) -> M | None:
-    if not isinstance(raw, Mapping):
-        errors.append(FieldError(path, "must be an object"))
-        return None
-    before = len(errors)
-    kwargs: dict[str, Any] = {}
-    for name in cls.REQUIRED:
-        if raw.get(name) is None:
-            errors.append(FieldError(f"{path}.{name}", "Required value"))
-    for f in model_fields(cls):
-        json_name = str(f.metadata["json"])
-        if raw.get(json_name) is None:
-            continue
-        sub_path = f"{path}.{json_name}"
-        model = f.metadata.get("model")
-        if model is not None:
-            parsed = _parse_into(model, raw[json_name], sub_path, errors)
-        else:
-            parsed = check_value(sub_path, raw[json_name], f.metadata["schema"], errors, _PATTERN_CHECKS)
-        if parsed is not None:
-            kwargs[f.name] = parsed
-    if len(errors) > before:
-        return None
-    obj = cls(**kwargs)
-    for rule in cls.RULES:
-        if not rule.holds(obj):
-            errors.append(FieldError(path, rule.message))
-    return obj if len(errors) == before else None
-
-
 def parse(cls: type[M], raw: Any, path: str = "spec") -> M:
-    """Build the typed model from JSON; unknown fields are ignored (the API server prunes them).
-
-    Raises SpecError naming every malformed field and broken rule.
-    """
-    errors: list[FieldError] = []
-    obj = _parse_into(cls, {} if raw is None else raw, path, errors)
-    if errors or obj is None:
-        raise SpecError(errors or [FieldError(path, "invalid")])
-    return obj
-
-
-def to_json(obj: Model) -> dict[str, Any]:
-    """JSON form with absent, empty and false fields omitted."""
-    out: dict[str, Any] = {}
-    for f in model_fields(type(obj)):
-        value = getattr(obj, f.name)
-        if value is None or value is False or value == () or (isinstance(value, Mapping) and not value):
-            continue
-        name = str(f.metadata["json"])
-        if isinstance(value, Model):
-            out[name] = to_json(value)
-        elif isinstance(value, Mapping):
-            out[name] = dict(value)
-        elif isinstance(value, tuple):
-            out[name] = list(value)
-        else:
-            out[name] = value
-    return out
+    """``crdmodel.parse`` with RMD's cpuset strings checked in full."""
+    return crdmodel.parse(cls, raw, path, _PATTERN_CHECKS)

@@ -7,7 +7,6 @@ derives, owned by the pod so they go when it goes. There is no leader election: 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -24,12 +23,13 @@ from lightkube.types import PatchType
 
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
-from intel_device_plugins.logconfig import configure_logging
-from intel_device_plugins.operator.apierrors import is_status
-from intel_device_plugins.operator.workqueue import WorkQueue
+from intel_device_plugins.flags import GoFlagParser
+from intel_device_plugins.kube.apierrors import is_status
+from intel_device_plugins.kube.watch import as_events, follow
+from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.rmd.agent import RESOURCE, cpus_by_container, desired_workloads, needs_update
 from intel_device_plugins.rmd.operator import RmdWorkload
-from intel_device_plugins.rmd.watch import watch_forever
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,9 @@ class NodeAgent:
         self._reported: set[tuple[str, str]] = set()
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self._worker()) for _ in range(2)]
+        tasks = [
+            asyncio.create_task(run_worker(self.queue, self._reconcile_key, self._failed)) for _ in range(2)
+        ]
         tasks += [asyncio.create_task(self._watch()), asyncio.create_task(self._resync())]
         try:
             await asyncio.gather(*tasks)
@@ -92,7 +94,9 @@ class NodeAgent:
         def on_pod(event: str, pod: dict[str, Any]) -> None:
             self._offer(pod)
 
-        return watch_forever(self.client, Pod, on_pod, namespace="*", fields={"spec.nodeName": self.node})
+        return follow(
+            self.client, Pod, as_events(on_pod), on_pod, namespace="*", fields={"spec.nodeName": self.node}
+        )
 
     async def _resync(self) -> None:
         while True:
@@ -103,16 +107,11 @@ class NodeAgent:
             except Exception as exc:
                 log.warning("pod resync failed: %s", exc)
 
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            failed = False
-            try:
-                await self.reconcile(*key)
-            except Exception as exc:
-                failed = True
-                log.warning("pod %s/%s: %s", key[0], key[1], exc)
-            self.queue.done(key, failed=failed)
+    async def _reconcile_key(self, key: tuple[str, str]) -> None:
+        await self.reconcile(*key)
+
+    def _failed(self, key: tuple[str, str], exc: Exception) -> None:
+        log.warning("pod %s/%s: %s", key[0], key[1], exc)
 
     async def reconcile(self, namespace: str, name: str) -> None:
         try:
@@ -176,13 +175,19 @@ class NodeAgent:
             log.info("could not post event: %s", exc)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="intel-rmd-node-agent", description=__doc__)
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(prog="intel-rmd-node-agent", description=__doc__)
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""))
     parser.add_argument("--pod-resources-socket", default=POD_RESOURCES_SOCKET)
     parser.add_argument("--resync", type=float, default=30.0)
+    add_verbosity_flag(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(logging.INFO)
+    configure_logging(args.verbosity)
     if not args.node_name:
         parser.error("--node-name (or NODE_NAME) is required: the agent serves its own node only")
 

@@ -44,6 +44,13 @@ def host_cpus(cache_l3: Mapping[str, Any]) -> frozenset[int]:
     return frozenset(out)
 
 
+def rmd_core_ids(cpus: frozenset[int]) -> list[str]:
+    """CPUs as RMD reads them everywhere: one CPU (``"9"``) or one range (``"1-2"``) per element. Its P-state
+    plugin refuses an element such as ``"1-2,9"`` (400 "Invalid params (core ids) received")."""
+    text = cpuset.format_cpus(cpus)
+    return text.split(",") if text else []
+
+
 def build_payload(
     spec: RmdWorkloadSpec, uuid: str, cpus_of_host: frozenset[int] | None = None
 ) -> dict[str, Any]:
@@ -53,9 +60,9 @@ def build_payload(
     if spec.all_cores:
         if cpus_of_host is None:
             raise ValueError("allCores needs the node's CPUs")
-        out["core_ids"] = [cpuset.format_cpus(cpus_of_host - cpuset.parse_all(spec.reserved_core_ids))]
+        out["core_ids"] = rmd_core_ids(cpus_of_host - cpuset.parse_all(spec.reserved_core_ids))
     else:
-        out["core_ids"] = list(spec.core_ids)
+        out["core_ids"] = rmd_core_ids(spec.cpus())
     if spec.policy:
         out["policy"] = spec.policy
     rdt: dict[str, Any] = {}
@@ -99,8 +106,27 @@ def same_cpus(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
 
 
 def same_resources(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
-    """Whether policy, cache, MBA and plugin parameters agree."""
+    """Whether policy, cache, MBA and plugin parameters agree. With a policy only the policy counts: RMD
+    fills the cache (and the rest) from it and reports those values back."""
+    if desired.get("policy"):
+        return desired.get("policy") == actual.get("policy")
     return _resources(desired) == _resources(actual)
+
+
+def patch_applies(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
+    """Whether RMD's PATCH turns ``actual`` into ``desired``. It changes only what the body names (a cache,
+    an MBA percentage, plugin parameters) and keeps the rest, so anything to be taken away (MBA, a plugin,
+    the cache), an MBA in MBps (which its update ignores) or a policy coming or going (it keeps the old
+    settings beside the policy's) needs the workload replaced."""
+    if desired.get("policy") or actual.get("policy"):
+        return False
+    _, want_cache, want_mba, want_plugins = _resources(desired)
+    _, have_cache, have_mba, have_plugins = _resources(actual)
+    if have_cache is not None and want_cache is None:
+        return False
+    if set(have_mba) - set(want_mba) or (want_mba.get("mbps") and want_mba != have_mba):
+        return False
+    return set(have_plugins) <= set(want_plugins)
 
 
 def find(workloads: Sequence[Mapping[str, Any]], uuid: str) -> Mapping[str, Any] | None:

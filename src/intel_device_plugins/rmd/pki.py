@@ -1,26 +1,29 @@
 """Certificates for RMD's mutual TLS: a CA, RMD's server certificate and role-carrying client certificates.
 
-RMD authorises a client by its certificate: the organisational unit is the role (Admin, Root, User) and
-the common name the user. The simulator, the tests, the demo and ``intel-rmd-certs`` (which writes the
-Secrets a cluster needs) all issue certificates here, with ECDSA P-256 or RSA keys.
+RMD authorises a client by its certificate: by default only certificates listed in its admin and user
+directories get in (``signature``); configured otherwise, the organisational unit is the role (Admin, Root,
+User) or the common name the user. The simulator, the tests, the demo and ``intel-rmd-certs`` (which writes
+the Secrets a cluster needs) all issue certificates here, with ECDSA P-256 or RSA keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import ipaddress
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Final
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from intel_device_plugins.flags import GoFlagParser
+from intel_device_plugins.kube import x509 as x509_issuer
+from intel_device_plugins.kube.x509 import KeyType as KeyType
+
 SERVER_NAME: Final = "rmd-nameserver"  # the name RMD's certificate carries and clients verify
-KeyType = Literal["ecdsa", "rsa"]
-PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+# Certificates last 90 days (the operator and the plugin warn two weeks ahead); re-run intel-rmd-certs
+# to renew them. Each run makes a new CA, whose key is never written anywhere.
+VALIDITY: Final = dt.timedelta(days=90)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,45 +34,13 @@ class Issued:
     key: bytes
 
 
-def _new_key(key_type: KeyType) -> PrivateKey:
-    if key_type == "rsa":
-        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem(key: PrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _builder(
-    subject: x509.Name, issuer: x509.Name, key: PrivateKey, now: dt.datetime
-) -> x509.CertificateBuilder:
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
-    )
-
-
-def new_ca(common_name: str = "intel-rmd-ca", key_type: KeyType = "ecdsa") -> Issued:
-    now = dt.datetime.now(dt.UTC)
-    key = _new_key(key_type)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        _builder(name, name, key, now)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
+def new_ca(
+    common_name: str = "intel-rmd-ca",
+    key_type: KeyType = "ecdsa",
+    validity: dt.timedelta = VALIDITY,
+    now: dt.datetime | None = None,
+) -> Issued:
+    return Issued(*x509_issuer.new_ca(now or dt.datetime.now(dt.UTC), common_name, validity, key_type))
 
 
 def _issue(
@@ -79,40 +50,52 @@ def _issue(
     key_type: KeyType,
     dns: Sequence[str] = (),
     ips: Sequence[str] = (),
+    validity: dt.timedelta = VALIDITY,
+    now: dt.datetime | None = None,
 ) -> Issued:
-    now = dt.datetime.now(dt.UTC)
-    ca_cert = x509.load_pem_x509_certificate(ca.cert)
-    ca_key = serialization.load_pem_private_key(ca.key, password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey)
-    key = _new_key(key_type)
-    builder = _builder(subject, ca_cert.subject, key, now).add_extension(
-        x509.ExtendedKeyUsage([usage]), critical=False
+    return Issued(
+        *x509_issuer.new_leaf(
+            ca.cert,
+            ca.key,
+            subject,
+            usage,
+            now or dt.datetime.now(dt.UTC),
+            validity,
+            dns_names=dns,
+            ip_addresses=ips,
+            key_type=key_type,
+        )
     )
-    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-    names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
 
 
-def new_server(ca: Issued, key_type: KeyType = "ecdsa", ips: Sequence[str] = ("127.0.0.1",)) -> Issued:
+def new_server(
+    ca: Issued,
+    key_type: KeyType = "ecdsa",
+    ips: Sequence[str] = ("127.0.0.1",),
+    validity: dt.timedelta = VALIDITY,
+) -> Issued:
     """RMD's serving certificate for ``rmd-nameserver`` (and the given IPs)."""
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)])
-    return _issue(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, key_type, (SERVER_NAME,), ips)
+    return _issue(ca, subject, ExtendedKeyUsageOID.SERVER_AUTH, key_type, (SERVER_NAME,), ips, validity)
 
 
 def new_client(
-    ca: Issued, user: str = "intel-rmd-operator", role: str = "Admin", key_type: KeyType = "ecdsa"
+    ca: Issued,
+    user: str = "intel-rmd-operator",
+    role: str = "Admin",
+    key_type: KeyType = "ecdsa",
+    validity: dt.timedelta = VALIDITY,
+    now: dt.datetime | None = None,
 ) -> Issued:
-    """A client certificate RMD maps to ``role`` (OU) and ``user`` (CN)."""
+    """A client certificate with ``role`` as OU and ``user`` as CN (what RMD's ``role`` and ``username``
+    authorisation read; under its default, ``signature``, only the certificate itself counts)."""
     subject = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
             x509.NameAttribute(NameOID.COMMON_NAME, user),
         ]
     )
-    return _issue(ca, subject, ExtendedKeyUsageOID.CLIENT_AUTH, key_type)
+    return _issue(ca, subject, ExtendedKeyUsageOID.CLIENT_AUTH, key_type, validity=validity, now=now)
 
 
 def secret(name: str, namespace: str, ca: Issued, leaf: Issued) -> dict[str, object]:
@@ -132,19 +115,27 @@ def secret(name: str, namespace: str, ca: Issued, leaf: Issued) -> dict[str, obj
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``intel-rmd-certs``: print the two Secrets a cluster needs (RMD's server side and a client)."""
-    import argparse
     import sys
 
     import yaml
 
-    parser = argparse.ArgumentParser(prog="intel-rmd-certs", description=main.__doc__)
+    parser = GoFlagParser(prog="intel-rmd-certs", description=main.__doc__)
     parser.add_argument("--namespace", default="intel-rmd")
     parser.add_argument("--key-type", choices=["ecdsa", "rsa"], default="ecdsa")
+    parser.add_argument("--days", type=int, default=VALIDITY.days, help="validity of every certificate")
     args = parser.parse_args(argv)
-    ca = new_ca(key_type=args.key_type)
+    if args.days < 1:
+        parser.error("--days must be at least 1")
+    validity = dt.timedelta(days=args.days)
+    ca = new_ca(key_type=args.key_type, validity=validity)
     docs = [
-        secret("intel-rmd-server-tls", args.namespace, ca, new_server(ca, args.key_type)),
-        secret("intel-rmd-client-tls", args.namespace, ca, new_client(ca, key_type=args.key_type)),
+        secret("intel-rmd-server-tls", args.namespace, ca, new_server(ca, args.key_type, validity=validity)),
+        secret(
+            "intel-rmd-client-tls",
+            args.namespace,
+            ca,
+            new_client(ca, key_type=args.key_type, validity=validity),
+        ),
     ]
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=True))
     return 0

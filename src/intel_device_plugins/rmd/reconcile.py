@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from intel_device_plugins.rmd import images
@@ -25,6 +25,7 @@ from intel_device_plugins.rmd.payload import (
     find,
     node_state_entry,
     parse_uuid,
+    patch_applies,
     same_cpus,
     same_resources,
     workload_state,
@@ -39,7 +40,12 @@ AGENT_POD_LABELS: Final[Mapping[str, str]] = {"name": "rmd-node-agent-pod"}
 AGENT_SERVICE_ACCOUNT: Final = "intel-rmd-node-agent"
 FINALIZER: Final = "intel.com/rmd-workload-cleanup"
 RMD_SERVER_SECRET: Final = "intel-rmd-server-tls"  # RMD's serving certificate and the client CA
-RMD_CLIENT_SECRET: Final = "intel-rmd-client-tls"  # a client certificate RMD accepts (for the device plugin)
+RMD_CLIENT_SECRET: Final = "intel-rmd-client-tls"  # the client certificate RMD lets in (operator, plugin)
+SERVER_TLS_ANNOTATION: Final = "intel.com/rmd-server-tls"  # on RMD's pod template: its start-time TLS digest
+RMD_CONFIG_MAP: Final = "intel-rmd-config"  # rmd.toml, shipped by deploy/rmd and the chart
+RMD_CONF_DIR: Final = "/etc/rmd/conf"
+# RMD's image starts it in debug mode (``rmd -d``: plain HTTP, no authentication); the command replaces that.
+RMD_COMMAND: Final = ("/usr/bin/rmd", "--conf-dir", RMD_CONF_DIR)
 MANAGED_BY: Final[Mapping[str, str]] = {"app.kubernetes.io/managed-by": "intel-rmd-operator"}
 
 
@@ -108,24 +114,37 @@ def _daemonset(
 
 
 def rmd_daemonset(
-    cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str, node_image: str
+    cfg: RmdConfigSpec, owner: Mapping[str, str], namespace: str, node_image: str, server_tls: str = ""
 ) -> dict[str, Any]:
     """RMD (HTTPS with client certificates on 8443) plus the l3_cache_ways device plugin on each RMD node.
 
-    RMD writes resctrl, so it alone is privileged; the plugin talks to it over loopback with its own
-    client certificate.
+    RMD runs with an explicit command and ``rmd.toml`` from the ``intel-rmd-config`` ConfigMap: never the
+    image's debug mode, and its default ``signature`` authorisation with the client certificate of
+    ``intel-rmd-client-tls`` in its admin directory (the only certificate it lets in). RMD writes resctrl,
+    so it alone is privileged; the plugin talks to it over loopback with that client certificate.
+
+    ``server_tls`` (a digest of what RMD reads only at start, see ``rotation``) goes on the pod template, so
+    a rotation restarts RMD pods one by one exactly when that material changed. The admin directory also
+    holds the client certificates a rotation introduces or retires (``next.crt``, ``previous.crt``): the
+    Secret's keys are optional there, as they exist only during a rotation.
     """
     labels = {**RMD_POD_LABELS}
     rmd = {
         "name": "rmd",
         "image": cfg.rmd_image or images.default_rmd_image(),
-        "args": ["--address", "0.0.0.0", "--clientauth", "challenge"],
+        "command": list(RMD_COMMAND),
         "ports": [{"name": "https", "containerPort": 8443, "protocol": "TCP"}],
+        # Readiness changes reach the operator through its pod watch: an RMD that stops answering is
+        # marked stale without waiting for the next periodic read.
+        "readinessProbe": {"tcpSocket": {"port": 8443}, "periodSeconds": 10, "failureThreshold": 2},
         "securityContext": {"privileged": True, "readOnlyRootFilesystem": False},
         "volumeMounts": [
             {"name": "sysfs", "mountPath": "/sys/fs"},
+            {"name": "rmd-config", "mountPath": RMD_CONF_DIR, "readOnly": True},
             {"name": "server-tls", "mountPath": "/etc/rmd/cert/server", "readOnly": True},
             {"name": "client-ca", "mountPath": "/etc/rmd/cert/client", "readOnly": True},
+            {"name": "admin-certs", "mountPath": "/etc/rmd/acl/roles/admin", "readOnly": True},
+            {"name": "user-certs", "mountPath": "/etc/rmd/acl/roles/user", "readOnly": True},
         ],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
     }
@@ -154,6 +173,10 @@ def rmd_daemonset(
             _host_volume("sysfs", "/sys/fs"),
             _host_volume("device-plugins", "/var/lib/kubelet/device-plugins"),
             {
+                "name": "rmd-config",
+                "configMap": {"name": RMD_CONFIG_MAP, "items": [{"key": "rmd.toml", "path": "rmd.toml"}]},
+            },
+            {
                 "name": "server-tls",
                 "secret": {
                     "secretName": RMD_SERVER_SECRET,
@@ -174,9 +197,45 @@ def rmd_daemonset(
                 },
             },
             _secret_volume("client-tls", RMD_CLIENT_SECRET),
+            {
+                "name": "admin-certs",
+                "secret": {
+                    "secretName": RMD_CLIENT_SECRET,
+                    "defaultMode": 0o444,
+                    "items": [
+                        {"key": "tls.crt", "path": f"{RMD_CLIENT_SECRET}.pem"},
+                        {"key": "next.crt", "path": f"{RMD_CLIENT_SECRET}-next.pem"},
+                        {"key": "previous.crt", "path": f"{RMD_CLIENT_SECRET}-previous.pem"},
+                    ],
+                    # Missing keys are skipped only for an optional Secret; a missing Secret leaves the
+                    # directory empty, so RMD admits nobody.
+                    "optional": True,
+                },
+            },
+            # RMD watches its user directory and will not start without it; nobody is listed there.
+            {"name": "user-certs", "emptyDir": {"sizeLimit": "1Mi"}},
         ],
     }
-    return _daemonset(RMD_DAEMONSET, namespace, owner, labels, pod_spec)
+    ds = _daemonset(RMD_DAEMONSET, namespace, owner, labels, pod_spec)
+    if server_tls:
+        ds["spec"]["template"]["metadata"]["annotations"] = {SERVER_TLS_ANNOTATION: server_tls}
+    return ds
+
+
+def rolled_out(ds: Mapping[str, Any], server_tls: str) -> bool:
+    """``ds`` (RMD's DaemonSet) has ``server_tls`` on its template and every scheduled pod is updated and
+    available: every RMD has restarted with that material."""
+    meta, status = ds.get("metadata") or {}, ds.get("status") or {}
+    template = ((ds.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    if (template.get("annotations") or {}).get(SERVER_TLS_ANNOTATION) != server_tls:
+        return False
+    desired = status.get("desiredNumberScheduled", 0)
+    return bool(
+        status.get("observedGeneration", 0) >= meta.get("generation", 0)
+        and status.get("updatedNumberScheduled", 0) == desired
+        and status.get("numberAvailable", 0) == desired
+        and not status.get("numberUnavailable")
+    )
 
 
 def agent_daemonset(
@@ -231,10 +290,12 @@ def plan_config(
     nodes: Sequence[NodeInfo],
     node_states: Sequence[str],
     node_image: str | None = None,
+    server_tls: str = "",
 ) -> ConfigPlan:
     """DaemonSets to apply; node states to create for newly selected nodes and delete for nodes that left.
 
-    ``node_image`` runs the agent and the device plugin (default: this project's node image).
+    ``node_image`` runs the agent and the device plugin (default: this project's node image); ``server_tls``
+    is the digest of RMD's start-time TLS material (see ``rmd_daemonset``).
     """
     node_image = node_image or images.default_node_image()
     selector = rmd_selector(cfg)
@@ -251,7 +312,7 @@ def plan_config(
         if name not in node_states
     )
     deletes = tuple(sorted(s for s in node_states if s not in wanted))
-    daemonsets = [rmd_daemonset(cfg, owner, namespace, node_image)]
+    daemonsets = [rmd_daemonset(cfg, owner, namespace, node_image, server_tls)]
     if cfg.deploy_node_agent:
         daemonsets.append(agent_daemonset(cfg, owner, namespace, node_image))
     return ConfigPlan(
@@ -264,7 +325,7 @@ def plan_config(
 
 
 # ----------------------------------------------------------------------------------------------------
-# RMD address (§4.1, without reading any file baked into an image)
+# RMD address (without reading any file baked into an image)
 
 
 def rmd_host(node: NodeInfo, node_addresses: Sequence[str], pods: Sequence[Mapping[str, Any]]) -> str:
@@ -332,6 +393,15 @@ def orphans(workloads: Sequence[Mapping[str, Any]], live: frozenset[tuple[str, s
     return tuple(out)
 
 
+def nodes_holding(uuid: str, node_states: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Nodes whose RmdNodeState (its last read of RMD, stale or not) lists workload ``uuid``."""
+    return frozenset(
+        str((s.get("spec") or {}).get("node"))
+        for s in node_states
+        if uuid in ((s.get("status") or {}).get("workloads") or {})
+    )
+
+
 def needs_reconcile(
     workloads: Sequence[Mapping[str, Any]], node: str, crs: Mapping[tuple[str, str], Mapping[str, Any]]
 ) -> tuple[tuple[str, str], ...]:
@@ -364,12 +434,15 @@ def targets(
 
 class Act(enum.Enum):
     CREATE = "create"  # POST
-    UPDATE = "update"  # PATCH: resources changed, same CPUs
-    REPLACE = "replace"  # DELETE + POST: RMD cannot change a workload's CPUs in place
+    UPDATE = "update"  # PATCH: resources changed, same CPUs, nothing to take away
+    REPLACE = "replace"  # DELETE + POST: new CPUs, or a setting to remove (RMD's PATCH keeps what it omits)
     DELETE = "delete"  # node no longer targeted, or the CR is being deleted
     KEEP = "keep"  # already as desired
     UNREACHABLE = "unreachable"
     GONE = "gone"  # not targeted and not on RMD: drop from status
+
+
+CHANGES_RMD: Final = frozenset({Act.CREATE, Act.UPDATE, Act.REPLACE, Act.DELETE})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,7 +491,7 @@ def plan_workload(
         elif not same_cpus(payload, existing):
             act = Act.REPLACE
         elif not same_resources(payload, existing):
-            act = Act.UPDATE
+            act = Act.UPDATE if patch_applies(payload, existing) else Act.REPLACE
         else:
             act = Act.KEEP
         out.append(NodeAction(view.node, act, wid, payload, existing))

@@ -1,6 +1,8 @@
 """The simulated-node demo: plugin processes, a kubelet stand-in, allocations and a hot-plug.
 
-Runs with no hardware and no privileges: everything lives in a temporary directory.
+Runs with no hardware and no privileges: everything lives in a temporary directory. The kubelet's real
+device manager and the real node are the test tier's (``k8stest/demo.py``, what ``make demo`` runs); it hands
+them in as ``DemoBackends``, so the shipped package never imports the test tier.
 """
 
 from __future__ import annotations
@@ -11,20 +13,15 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from intel_device_plugins.sim import gpu
 from intel_device_plugins.sim.demo_fpga import fpga_region_scene
 from intel_device_plugins.sim.fakefs import FakeTree
-from intel_device_plugins.sim.kubelets import (
-    ContainerView,
-    DemoKubelet,
-    DeviceManagerKubelet,
-    StandInKubelet,
-    device_manager_available,
-)
+from intel_device_plugins.sim.kubelets import ContainerView, DemoKubelet, StandInKubelet
 from intel_device_plugins.sim.node import NodeSpec, NodeSpecError, build_node, load_node_spec, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
 from intel_device_plugins.sim.profiles import profile_text
@@ -218,11 +215,35 @@ KUBELET_NAMES = {
 }
 
 
-def resolve_kubelet(choice: str) -> tuple[str, str]:
+NEEDS_SOURCE_TREE = (
+    "needs this repository's source tree (package k8stest): run it from a checkout with make demo"
+)
+
+
+def _not_shipped() -> tuple[bool, str]:
+    return False, f"the device-manager harness {NEEDS_SOURCE_TREE}"
+
+
+@dataclass(frozen=True)
+class DemoBackends:
+    """What runs the demo beyond the stand-in; the installed package has none of it."""
+
+    #: Starts the kubelet's real device manager for (plugin directory, work directory).
+    start_device_manager: Callable[[Path, Path], Awaitable[DemoKubelet]] | None = None
+    #: Whether the real device manager can run here, and if not, why.
+    device_manager_available: Callable[[], tuple[bool, str]] = _not_shipped
+    #: The scenario on a real kubelet node: (node, how to print) → exit code.
+    run_real: Callable[[NodeSpec, Callable[[str], None]], int] | None = None
+
+
+SHIPPED: Final = DemoBackends()
+
+
+def resolve_kubelet(choice: str, backends: DemoBackends = SHIPPED) -> tuple[str, str]:
     """(the kubelet to use, why the real device manager is not used or "") for a ``--kubelet`` choice."""
     if choice != "auto":
         return choice, ""
-    available, reason = device_manager_available()
+    available, reason = backends.device_manager_available()
     return ("device-manager", "") if available else ("stand-in", reason)
 
 
@@ -236,13 +257,17 @@ def runtime_banner(runtime: str, kubelet: str = "") -> str:
     return f"Node runtime: sim (plugin processes on a simulated node; kubelet: {KUBELET_NAMES[kubelet]})"
 
 
-async def _start_kubelet(choice: str, node: DemoNode) -> DemoKubelet:
+async def _start_kubelet(choice: str, node: DemoNode, backends: DemoBackends) -> DemoKubelet:
     if choice == "device-manager":
-        return await DeviceManagerKubelet.start(node.plugin_dir, node.workdir)
+        if backends.start_device_manager is None:
+            raise RuntimeError(f"--kubelet device-manager {NEEDS_SOURCE_TREE}")
+        return await backends.start_device_manager(node.plugin_dir, node.workdir)
     return await StandInKubelet.start(node.plugin_dir)
 
 
-async def run_demo(workdir: Path, spec: NodeSpec, kubelet_choice: str) -> int:
+async def run_demo(
+    workdir: Path, spec: NodeSpec, kubelet_choice: str, backends: DemoBackends = SHIPPED
+) -> int:
     """The simulated-node scenario; ``kubelet_choice`` is resolved already (see resolve_kubelet)."""
     node = DemoNode(spec, build_node(spec, workdir / "node"), workdir)
     _say(f"Simulated node {spec.name!r} built under {node.root}")
@@ -263,7 +288,7 @@ async def run_demo(workdir: Path, spec: NodeSpec, kubelet_choice: str) -> int:
             *(word for kind, _ in others for word in ("--plugin", kind)),
         ]  # fmt: skip
     namespaces = [namespace for _, namespace in others]
-    kubelet = await _start_kubelet(kubelet_choice, node)
+    kubelet = await _start_kubelet(kubelet_choice, node, backends)
     _say(f"Kubelet: {kubelet.description}")
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(kubelet.stop)
@@ -299,17 +324,12 @@ async def run_demo(workdir: Path, spec: NodeSpec, kubelet_choice: str) -> int:
     return 0 if not any(codes.values()) and not leftovers else 1
 
 
-def run_real(spec: NodeSpec) -> int:
-    """The same scenario on a real kubelet node (k8stest.demo_real), imported only when asked for."""
-    try:
-        from k8stest.demo_real import run_real_demo
-    except ImportError:
-        _say(
-            "--node-runtime real needs this repository's source tree (package k8stest):"
-            " run it from a checkout"
-        )
+def run_real(spec: NodeSpec, backends: DemoBackends) -> int:
+    """The same scenario on a real kubelet node, when the test tier handed it in."""
+    if backends.run_real is None:
+        _say(f"--node-runtime real {NEEDS_SOURCE_TREE}")
         return 2
-    return run_real_demo(spec, _say)
+    return backends.run_real(spec, _say)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -336,7 +356,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, backends: DemoBackends = SHIPPED) -> int:
     args = parse_args(argv)
     try:
         spec = (
@@ -349,13 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.node_runtime == "real":
         _say(runtime_banner("real"))
-        return run_real(spec)
-    kubelet, reason = resolve_kubelet(args.kubelet)
+        return run_real(spec, backends)
+    kubelet, reason = resolve_kubelet(args.kubelet, backends)
     _say(runtime_banner("sim", kubelet))
     if reason:
         _say(f"(the kubelet's real device manager is not used: {reason})")
     with tempfile.TemporaryDirectory(prefix="idp-demo-") as workdir:
-        return asyncio.run(run_demo(Path(workdir), spec, kubelet))
+        return asyncio.run(run_demo(Path(workdir), spec, kubelet, backends))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ OPAE (out-of-tree ``intel-fpga`` driver, ``driver = "intel-fpga"``, PCI driver `
 
 Both: every FME and port is also linked as ``/sys/bus/platform/devices/<name>``, its character
 device as ``/sys/dev/char/<maj>:<min>`` (→ its sysfs directory) and ``/dev/char/<maj>:<min>``
-(→ ``../<name>``). Device nodes are plain files, so ``stat`` gives no device number: code that
-needs a node's sysfs directory finds it by name through ``/sys/bus/platform/devices/<name>``.
+(→ ``../<name>``). Every FME and port directory holds ``intel_device_plugins_simulation``, an
+attribute no driver has: it tells the CRI hook to answer that device's ioctls with the simulated
+FME (``plugins/fpga/fme.py``, ``SysfsSelectedIoctl``). Device nodes are plain files, so ``stat``
+gives no device number: code that needs a node's sysfs directory finds it by name through
+``/sys/bus/platform/devices/<name>``.
 
 A PF carries ``ports`` ports with ``id`` 0..ports-1 and the card's only FME. With ``vfs > 0`` each VF
 (class ``0x120000``, ``physfn`` → PF, PF has ``virtfnN``) carries one port of its own and no FME;
@@ -40,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from intel_device_plugins.plugins.fpga.fme import SIMULATION_MARKER
 from intel_device_plugins.sim.fakefs import FakeTree, entry_options
 
 DFL = "dfl"
@@ -128,6 +132,8 @@ def _rel(tree: FakeTree, path: Any) -> str:
 
 def _char_device(tree: FakeTree, name: str, sysfs: str, major: int, minor: int) -> None:
     tree.write(f"{sysfs}/dev", f"{major}:{minor}\n")
+    # Lets the CRI hook, run by a real runtime on this node, program the port without a driver.
+    tree.write(f"{sysfs}/{SIMULATION_MARKER}", "1\n")
     tree.link(f"/sys/bus/platform/devices/{name}", sysfs)
     tree.link(f"/sys/dev/char/{major}:{minor}", sysfs)
     tree.device_node(f"/dev/{name}")

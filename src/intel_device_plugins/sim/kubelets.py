@@ -1,25 +1,19 @@
-"""The two kubelets the demo can run against, behind one small interface.
+"""The kubelets the demo can run against, behind one small interface.
 
-- the built-in stand-in (``sim/kubelet.py``): always available, no privileges;
+- the built-in stand-in (``sim/kubelet.py``), here: always available, no privileges;
 - the kubelet's own device manager from Kubernetes, built by ``test/k8s/build.sh`` and run in a
-  private mount namespace (needs root).
+  private mount namespace (needs root): in the test tier (``k8stest/demo.py``), which does not ship.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from intel_device_plugins.sim.kubelet import AdvertisedDevice, KubeletStandIn
-
-if TYPE_CHECKING:
-    from k8stest.devicemanager import DeviceManagerHarness
 
 
 @dataclass(frozen=True)
@@ -98,79 +92,3 @@ class StandInKubelet:
 
     async def stop(self) -> None:
         await self._stand_in.stop()
-
-
-class DeviceManagerKubelet:
-    """The kubelet's real device manager (``pkg/kubelet/cm/devicemanager``) in the Go harness."""
-
-    description = "the kubelet's own device manager (Kubernetes code, built by test/k8s/build.sh)"
-
-    def __init__(self, harness: DeviceManagerHarness) -> None:
-        self._harness = harness
-
-    @classmethod
-    async def start(cls, device_plugin_dir: Path, workdir: Path) -> DeviceManagerKubelet:
-        from k8stest.binaries import find_binaries
-        from k8stest.devicemanager import DeviceManagerHarness
-
-        bins, reason = find_binaries()
-        if bins is None:
-            raise RuntimeError(reason)
-        harness = DeviceManagerHarness(bins, workdir / "device-manager", device_plugin_dir)
-        await asyncio.to_thread(harness.start)
-        return cls(harness)
-
-    def resources(self) -> dict[str, dict[str, AdvertisedDevice]]:
-        return {
-            name: {d.id: AdvertisedDevice(d.id, d.health, d.numa) for d in resource.devices}
-            for name, resource in self._harness.resources().items()
-        }
-
-    def listed(self) -> set[str]:
-        # The device manager shows a registered resource before its first answer, with no devices; an
-        # answer with no devices cannot be told apart from that.
-        return {name for name, resource in self._harness.resources().items() if resource.devices}
-
-    def allocatable(self, resource: str) -> int:
-        found = self._harness.resources().get(resource)
-        return found.allocatable if found else 0
-
-    async def wait_for(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            await asyncio.sleep(0.05)
-
-    async def run_container(self, resource: str, count: int) -> ContainerView:
-        from k8stest.devicemanager import pod_manifest
-
-        pod = pod_manifest({resource: count})
-        options = (await asyncio.to_thread(self._harness.admit, pod))["ctr"]
-        return ContainerView(
-            devices=tuple((d.host_path, d.container_path, d.permissions) for d in options.devices),
-            mounts=tuple((m.host_path, m.container_path, m.read_only) for m in options.mounts),
-            envs=dict(options.envs),
-            cdi_devices=options.cdi_devices,
-        )
-
-    async def stop(self) -> None:
-        await asyncio.to_thread(self._harness.stop)
-
-
-def device_manager_available() -> tuple[bool, str]:
-    """Whether the real device manager can run here, and if not, why.
-
-    The harness driver (``k8stest``) lives in the source tree, not in the installed package, so an
-    installed demo without the source tree has only the stand-in.
-    """
-    try:
-        from k8stest.binaries import find_binaries
-    except ImportError:
-        return False, "the device-manager harness needs the source tree (package k8stest)"
-    bins, reason = find_binaries()
-    if bins is None:
-        return False, reason
-    if os.geteuid() != 0:
-        return False, "the device-manager harness needs root (it uses a private mount namespace)"
-    return True, ""

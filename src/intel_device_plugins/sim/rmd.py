@@ -2,12 +2,15 @@
 
 ``RmdState`` is the daemon's behaviour as a plain object: workload ids from a sequence that is never reused,
 cache pools with per-way accounting, classes of service (CLOS) that run out, the ``uuid`` and CPU
-uniqueness checks, and RMD's error texts and status codes (including its habit of answering enforcement
-errors with 500). ``serve_rmd`` puts it behind aiohttp with RMD's TLS modes: plain HTTP (RMD's ``-d`` debug
-mode, port 8081) or HTTPS with client certificates (``challenge``, port 8443), whose organisational unit is
-the role RMD authorises (Admin and Root may change workloads, User may only read).
+uniqueness checks, PATCH that changes only what it names, policies that fill ``rdt.cache``, and RMD's error
+texts and status codes (including its habit of answering enforcement errors with 500). ``serve_rmd`` puts it
+behind aiohttp with RMD's TLS modes and its access control list: plain HTTP (RMD's ``-d`` debug mode, port
+8081), or HTTPS with client certificates (``challenge``, port 8443) checked as ``[acl] authorization`` says.
+RMD's default is ``signature``: only certificates found in the ``admincert`` and ``usercert`` directories are
+let in, so an RMD nobody configured refuses every client, as the real daemon does.
 
-Run one with ``python -m intel_device_plugins.sim.rmd --port 8443 --certs DIR``.
+Run one as the RMD DaemonSet runs the daemon: ``python -m intel_device_plugins.sim.rmd --conf-dir DIR``
+(``DIR/rmd.toml``), with ``--root`` standing in for the container's file system under the absolute paths.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import ssl
 import sys
+import tomllib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -38,9 +43,19 @@ VALIDATE_PREFIX: Final = "Failed to validate workload. Reason: "
 DB_PREFIX: Final = "Workload validation in database failed. Details: "
 NOT_FOUND: Final = "404: Could not found workload"
 MBA_MAX_MBPS: Final = 4294967290
-# Roles RMD's URL policy knows; admin ⊇ root ⊇ user. Only root and admin may change workloads.
-WRITE_ROLES: Final = frozenset({"admin", "root"})
-KNOWN_ROLES: Final = frozenset({"admin", "root", "user"})
+# RMD's URL policy (``/etc/rmd/acl/url/policy.csv``): (role, path pattern, methods); admin ⊇ root ⊇ user.
+URL_POLICY: Final = (
+    ("user", re.compile(r"^/(cache(/l[^/]*(/[^/]*)?)?|policy|workloads(/[^/]*)?|hospitality)$"), ("GET",)),
+    ("root", re.compile(r"^/workloads$"), ("POST",)),
+    ("root", re.compile(r"^/workloads/[^/]*$"), ("PATCH", "DELETE")),
+)
+ROLE_INCLUDES: Final[Mapping[str, tuple[str, ...]]] = {
+    "admin": ("admin", "root", "user"),
+    "root": ("root", "user"),
+    "user": ("user",),
+}
+# The role RMD gives a certificate found in the ``usercert`` directory (mapped to ``user``).
+CERT_CLIENT_USER: Final = "Cert Client User"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +106,43 @@ def _db(reason: str) -> RmdError:
 
 def _go_slice(values: list[int]) -> str:
     return "[" + " ".join(str(v) for v in values) + "]"
+
+
+def rmd_core_ids_ok(core_ids: Any) -> bool:
+    """RMD's own reading of ``core_ids`` for plugins (P-state): every element one CPU ``N`` or one range
+    ``A-B`` with A ≤ B, blanks around the numbers allowed; a list such as ``"1-2,9"`` is refused."""
+    for element in core_ids:
+        first, dash, last = str(element).partition("-")
+        try:
+            low = int(first.strip())
+            high = int(last.strip()) if dash else low
+        except ValueError:
+            return False
+        if high < low:
+            return False
+    return True
+
+
+_UINT32_FIELDS: Final = (("cache", "max"), ("cache", "min"), ("mba", "percentage"), ("mba", "mbps"))
+
+
+def _check_decodes(body: Any) -> None:
+    """RMD decodes the body into typed fields: a value that does not fit (a negative cache size) is a read
+    error, answered 500 before any validation."""
+    if not isinstance(body, dict):
+        raise RmdError(500, READ_ERROR)
+    rdt = body.get("rdt") or {}
+    if not isinstance(rdt, dict):
+        raise RmdError(500, READ_ERROR)
+    for group, key in _UINT32_FIELDS:
+        value = (rdt.get(group) or {}).get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32
+        ):
+            raise RmdError(500, READ_ERROR)
+    for key in ("core_ids", "task_ids"):
+        if not isinstance(body.get(key) or [], list):
+            raise RmdError(500, READ_ERROR)
 
 
 @dataclasses.dataclass
@@ -276,6 +328,8 @@ class RmdState:
         for module in plugins:
             if module not in m.plugins:
                 raise _invalid("Trying to use module that is not loaded")
+            if not rmd_core_ids_ok(body.get("core_ids") or ()):
+                raise _invalid("Invalid params (core ids) received")
         uuid = body.get("uuid") or ""
         for wid, other in self.workloads.items():
             if wid == exclude:
@@ -313,31 +367,34 @@ class RmdState:
     def _record(
         self, wid: str, body: Mapping[str, Any], held: _Held, cache: tuple[int, int] | None
     ) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": wid,
-            "core_ids": list(body.get("core_ids") or []),
-            "task_ids": list(body.get("task_ids") or []),
-            "policy": body.get("policy") or "",
-            "status": "Successful",
-            "cos_name": f"COS{held.clos}" if held.clos is not None else "COS1",
-            "uuid": body.get("uuid") or "",
-            "origin": "REST",
-        }
-        rdt: dict[str, Any] = {}
-        if cache is not None:
-            rdt["cache"] = {"max": cache[0], "min": cache[1]}
+        """The stored workload as RMD returns it: ``rdt`` always with ``cache`` and ``mba`` (empty objects
+        when unset), the cache a policy fills in, and no ``task_ids`` or ``policy`` when they are empty."""
+        out: dict[str, Any] = {"id": wid}
+        if body.get("core_ids"):
+            out["core_ids"] = list(body["core_ids"])
+        if body.get("task_ids"):
+            out["task_ids"] = list(body["task_ids"])
+        if body.get("policy"):
+            out["policy"] = body["policy"]
         mba = (body.get("rdt") or {}).get("mba") or {}
-        if mba:
-            rdt["mba"] = {k: v for k, v in mba.items() if k in ("percentage", "mbps")}
-        if rdt:
-            out["rdt"] = rdt
+        out.update(
+            {
+                "status": "Successful",
+                "cos_name": f"COS{held.clos}" if held.clos is not None else "COS1",
+                "rdt": {
+                    "cache": {"max": cache[0], "min": cache[1]} if cache is not None else {},
+                    "mba": {k: v for k, v in mba.items() if k in ("percentage", "mbps")},
+                },
+                "uuid": body.get("uuid") or "",
+                "origin": "REST",
+            }
+        )
         if body.get("plugins"):
             out["plugins"] = body["plugins"]
         return out
 
     def create(self, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise RmdError(500, READ_ERROR)
+        _check_decodes(body)
         cpus, cache = self._validate(body)
         held = self._enforce(cpus, cache, None)
         wid = str(self._next_id)
@@ -347,43 +404,71 @@ class RmdState:
         return dict(self.workloads[wid])
 
     def patch(self, wid: str, body: Any) -> tuple[int, Any]:
+        """RMD's update: only what the body names changes; whatever it leaves out (MBA, a plugin, the cache)
+        stays. A new policy, or changed cache, MBA percentage or plugin parameters re-enforce the workload
+        (its plugins then become the body's); changed CPUs alone are re-validated against the database, where
+        the workload already is, and fail with 500."""
         if wid not in self.workloads:
             raise RmdError(404, NOT_FOUND)
         old = self.workloads[wid]
         if old.get("origin") != "REST":
             return 200, "200: You only have permission to modify REST origin workloads"
-        if not isinstance(body, dict):
-            raise RmdError(500, READ_ERROR)
-        merged = {
-            **old,
-            **{k: v for k, v in body.items() if k in ("core_ids", "task_ids", "policy", "rdt", "plugins")},
-        }
-        resources = ("policy", "rdt", "plugins")
-        resources_changed = any(
-            merged.get(k) != old.get(k) and (merged.get(k) or old.get(k)) for k in resources
-        )
-        ids_changed = any(
-            sorted(merged.get(k) or []) != sorted(old.get(k) or []) for k in ("core_ids", "task_ids")
-        )
-        if not resources_changed and not ids_changed:
+        _check_decodes(body)
+        new: dict[str, Any] = {k: v for k, v in old.items() if k not in ("rdt",)}
+        old_rdt = old.get("rdt") or {}
+        cache = dict(old_rdt.get("cache") or {})
+        mba = dict(old_rdt.get("mba") or {})
+        body_rdt = body.get("rdt") or {}
+        reenforce = False
+        if body.get("policy"):
+            if body["policy"] != old.get("policy"):
+                new["policy"] = body["policy"]
+                reenforce = True
+        else:
+            for key in ("max", "min"):
+                value = (body_rdt.get("cache") or {}).get(key)
+                if value is not None:
+                    new.pop("policy", None)
+                    if cache.get(key) != value:
+                        cache[key] = value
+                        reenforce = True
+            percentage = (body_rdt.get("mba") or {}).get("percentage")
+            if percentage is not None:
+                if not 1 <= percentage <= 100:
+                    raise _invalid("MBA values range only from 1 to 100")
+                new.pop("policy", None)
+                if mba.get("percentage") != percentage:
+                    mba["percentage"] = percentage
+                    reenforce = True
+            for module, params in (body.get("plugins") or {}).items():
+                if (old.get("plugins") or {}).get(module) != params:
+                    if module not in self.machine.plugins:
+                        raise _invalid("Trying to use module that is not loaded")
+                    if not rmd_core_ids_ok(old.get("core_ids") or ()):
+                        raise RmdError(500, "Invalid params (core ids) received")
+                    reenforce = True
+        if not reenforce:
+            if list(body.get("core_ids") or []) != list(old.get("core_ids") or []) or list(
+                body.get("task_ids") or []
+            ) != list(old.get("task_ids") or []):
+                raise RmdError(500, VALIDATE_PREFIX + DB_PREFIX + f"Workload with id {wid} already exists\n")
             return 200, dict(old)
-        if not resources_changed:
-            # RMD re-validates the whole workload against its database, where it already is.
-            raise _db(f"Workload with id {wid} already exists")
-        mba = (merged.get("rdt") or {}).get("mba") or {}
-        for key, top in (("percentage", 100), ("mbps", MBA_MAX_MBPS)):
-            if key in mba and not (isinstance(mba[key], int) and 1 <= mba[key] <= top):
-                raise _invalid(f"MBA values range only from 1 to {top}")
-        merged["uuid"] = old.get("uuid") or ""
-        cpus, cache = self._validate(merged, exclude=wid)
+        new["rdt"] = {"cache": cache, "mba": mba}
+        for key in ("core_ids", "task_ids"):
+            if body.get(key):
+                new[key] = body[key]
+        new.pop("plugins", None)
+        if body.get("plugins"):
+            new["plugins"] = body["plugins"]
+        cpus, request = self._validate(new, exclude=wid)
         previous = self._held.pop(wid)
         try:
-            held = self._enforce(cpus, cache, wid)
+            held = self._enforce(cpus, request, wid)
         except RmdError:
             self._held[wid] = previous
             raise
         self._held[wid] = held
-        self.workloads[wid] = self._record(wid, merged, held, cache)
+        self.workloads[wid] = self._record(wid, new, held, request)
         return 200, dict(self.workloads[wid])
 
     def delete(self, wid: str) -> None:
@@ -398,19 +483,66 @@ class RmdState:
 # ------------------------------------------------------------------ HTTP shell
 
 
-def client_identity(request: web.Request) -> tuple[str, str] | None:
-    """(role, user) from the verified client certificate, or None on a plain connection."""
+@dataclasses.dataclass(frozen=True)
+class Acl:
+    """RMD's ``[acl]``: how a verified client certificate is authorised.
+
+    ``signature``: a certificate whose signature matches one of the ``*.pem`` files in ``admincert`` is admin,
+    one in ``usercert`` gets the ``user`` role, any other is refused with 401; ``role``: the organisational
+    units are the roles; ``username``: the common name is. RMD re-reads both directories when they change.
+    """
+
+    authorization: str = "signature"
+    admincert: Path | None = None
+    usercert: Path | None = None
+
+
+def _signatures(directory: Path | None) -> frozenset[bytes]:
+    if directory is None:
+        return frozenset()
+    out = set()
+    for path in sorted(directory.glob("*.pem")):
+        with contextlib.suppress(OSError, ValueError):
+            out.add(x509.load_pem_x509_certificate(path.read_bytes()).signature)
+    return frozenset(out)
+
+
+def allowed(role: str, method: str, path: str) -> bool:
+    """RMD's URL policy for ``role`` (the ``/v1`` prefix removed from ``path``)."""
+    granted = ROLE_INCLUDES.get(role.lower(), ())
+    return any(r in granted and method in methods and rx.match(path) for r, rx, methods in URL_POLICY)
+
+
+def authorize(acl: Acl, cert: x509.Certificate, method: str, path: str) -> tuple[int, str] | None:
+    """None when RMD lets the request through, else its status and text."""
+    obj = re.sub(r"^/v[0-9]+/", "/", path)
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    cn = str(cns[0].value) if cns else ""
+    if acl.authorization == "role":
+        ous = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)]
+        if any(allowed(ou, method, obj) for ou in ous):
+            return None
+        return 401, "OU: " + ", ".join(ous) + " is not authorized"
+    if acl.authorization == "username":
+        return (
+            None
+            if allowed(cn, method, obj)
+            else (403, f'User "{cn}" is not authorized to access this resource\n')
+        )
+    if cert.signature in _signatures(acl.admincert):
+        return None
+    if cert.signature in _signatures(acl.usercert):
+        if allowed("user", method, obj):
+            return None
+        return 403, f'User "{CERT_CLIENT_USER}" is not authorized to access this resource\n'
+    return 401, f"{cn} is not authorized"
+
+
+def _peer_certificate(request: web.Request) -> x509.Certificate | None:
     transport = request.transport
     sslobj = transport.get_extra_info("ssl_object") if transport is not None else None
-    if sslobj is None:
-        return None
-    der = sslobj.getpeercert(binary_form=True)
-    if not der:
-        return ("", "")
-    cert = x509.load_der_x509_certificate(der)
-    ous = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
-    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    return (str(ous[0].value) if ous else "", str(cns[0].value) if cns else "")
+    der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+    return x509.load_der_x509_certificate(der) if der else None
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -421,20 +553,21 @@ def _text(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text, content_type="text/plain")
 
 
-def make_app(state: RmdState) -> web.Application:
-    """RMD's ``/v1`` routes over ``state``, with its certificate ACL when the connection is TLS."""
+RMD_DEFAULT_ACL: Final = Acl()  # ``signature`` without certificate directories: every client is refused
+
+
+def make_app(state: RmdState, acl: Acl | None = RMD_DEFAULT_ACL) -> web.Application:
+    """RMD's ``/v1`` routes over ``state``. On TLS connections with a client certificate ``acl`` decides
+    (RMD's default unless given); None lets every request through, as RMD does with ``require``."""
 
     @web.middleware
-    async def acl(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
         state.requests += 1
-        identity = client_identity(request)
-        if identity is not None:
-            role, user = identity
-            if role.lower() not in KNOWN_ROLES:
-                return _text(401, f"{user} is not authorized")
-            writes = request.method in ("POST", "PATCH", "DELETE")
-            if writes and role.lower() not in WRITE_ROLES:
-                return _text(403, f'User "{user}" is not authorized to access this resource')
+        cert = _peer_certificate(request) if acl is not None else None
+        if acl is not None and cert is not None:
+            refused = authorize(acl, cert, request.method, request.path)
+            if refused is not None:
+                return _text(*refused)
         try:
             response: web.StreamResponse = await handler(request)
             return response
@@ -482,7 +615,7 @@ def make_app(state: RmdState) -> web.Application:
     async def hospitality(_: web.Request) -> web.Response:
         return _json({"score": {"l3": {str(i): 100 for i in range(state.machine.sockets)}}})
 
-    app = web.Application(middlewares=[acl], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[check], client_max_size=MAX_BODY)
     app.router.add_get("/v1/workloads", list_workloads)
     app.router.add_post("/v1/workloads", create)
     app.router.add_get(r"/v1/workloads/{id:[0-9]*}", get_one)
@@ -498,24 +631,29 @@ def make_app(state: RmdState) -> web.Application:
 
 
 def server_tls(ca: Path, cert: Path, key: Path, client_auth: str = "challenge") -> ssl.SSLContext:
-    """RMD's HTTPS: ``challenge``/``require`` verify client certificates against ``ca``; ``no`` asks none."""
+    """RMD's HTTPS: ``challenge`` requires client certificates verified against ``ca``; ``require`` asks for
+    one without verifying it (and RMD then skips its ACL)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(str(cert), str(key))
-    if client_auth == "no":
-        ctx.verify_mode = ssl.CERT_NONE
-    else:
+    if client_auth == "challenge":
         ctx.load_verify_locations(cafile=str(ca))
         ctx.verify_mode = ssl.CERT_REQUIRED
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
     return ctx
 
 
 @contextlib.asynccontextmanager
 async def serve_rmd(
-    state: RmdState, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    state: RmdState,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls: ssl.SSLContext | None = None,
+    acl: Acl | None = RMD_DEFAULT_ACL,
 ) -> AsyncIterator[str]:
     """Serve ``state`` and yield its base URL (``https://`` with ``tls``, else ``http://``)."""
-    runner = web.AppRunner(make_app(state), access_log=None)
+    runner = web.AppRunner(make_app(state, acl), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
@@ -526,39 +664,168 @@ async def serve_rmd(
         await runner.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Simulated RMD (v0.3 REST API).")
-    parser.add_argument("--address", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8443)
-    parser.add_argument("--certs", type=Path, help="directory with ca.pem, rmd-cert.pem, rmd-key.pem")
-    parser.add_argument("--clientauth", default="challenge", choices=["challenge", "require", "no"])
-    parser.add_argument("-d", "--debug", action="store_true", help="plain HTTP, no ACL (RMD's debug mode)")
-    parser.add_argument("--sockets", type=int, default=2)
-    parser.add_argument("--cpus-per-socket", type=int, default=16)
-    parser.add_argument("--count", type=int, default=1, help="independent RMDs, one per node (ports from 0)")
-    parser.add_argument("--urls-file", type=Path, help="write the RMDs' base URLs here, one a line")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
-    if not args.debug and args.certs is None:
-        parser.error("--certs is required unless -d (debug, plain HTTP) is given")
-    tls = (
-        None
-        if args.debug
-        else server_tls(
-            args.certs / "ca.pem", args.certs / "rmd-cert.pem", args.certs / "rmd-key.pem", args.clientauth
-        )
+# RMD's built-in defaults (``utils/config``, ``utils/acl/config``) and where it looks for rmd.toml.
+_DEFAULT_CONF_DIRS: Final = ("/usr/local/etc/rmd", "/etc/rmd", "etc/rmd")
+
+
+@dataclasses.dataclass(frozen=True)
+class DaemonConfig:
+    """What RMD reads from ``rmd.toml`` and its flags; paths lie under ``root`` (the container's files)."""
+
+    address: str = "localhost"
+    tlsport: int = 8443
+    certpath: Path = Path("/usr/local/etc/rmd/cert/server")
+    clientcapath: Path = Path("/usr/local/etc/rmd/cert/client")
+    clientauth: str = "challenge"
+    debug: bool = False
+    debugport: int = 8081
+    acl: Acl = Acl()
+    source: str = "built-in defaults"
+
+
+def load_config(conf_dir: Path | None, root: Path = Path("/")) -> DaemonConfig:
+    """``rmd.toml`` from ``conf_dir`` (else RMD's default directories), its paths placed under ``root``."""
+
+    def under(path: str) -> Path:
+        return root / path.lstrip("/")
+
+    dirs = ([str(conf_dir)] if conf_dir is not None else []) + list(_DEFAULT_CONF_DIRS)
+    found = next((under(d) / "rmd.toml" for d in dirs if (under(d) / "rmd.toml").is_file()), None)
+    if found is None:
+        return DaemonConfig()
+    try:
+        doc = tomllib.loads(found.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{found}: {exc}") from exc
+    default, debug, acl = (doc.get(k) or {} for k in ("default", "debug", "acl"))
+    authorization = str(acl.get("authorization", "signature")).lower()
+    if authorization not in ("signature", "role", "username"):
+        authorization = "signature"  # RMD keeps its default for an unknown value
+    base = DaemonConfig()
+    return DaemonConfig(
+        address=str(default.get("address", base.address)),
+        tlsport=int(default.get("tlsport", base.tlsport)),
+        certpath=under(str(default.get("certpath", base.certpath))),
+        clientcapath=under(str(default.get("clientcapath", base.clientcapath))),
+        clientauth=str(default.get("clientauth", base.clientauth)),
+        debug=bool(debug.get("enabled", False)),
+        debugport=int(debug.get("debugport", base.debugport)),
+        acl=Acl(
+            authorization,
+            under(str(acl["admincert"])) if acl.get("admincert") else None,
+            under(str(acl["usercert"])) if acl.get("usercert") else None,
+        ),
+        source=str(found),
     )
+
+
+VolumeSources = Mapping[tuple[str, str], Mapping[str, bytes]]  # ("configMap"|"secret", name) → key → data
+
+
+def lay_out_container(
+    pod_spec: Mapping[str, Any], container: str, sources: VolumeSources, root: Path
+) -> list[str]:
+    """Place what the kubelet would mount into ``container`` under ``root`` (ConfigMap and Secret items,
+    empty directories; host paths are left out) and return the container's arguments after its binary.
+
+    This runs the RMD DaemonSet's container as written: ``main(["--root", root, *arguments])``. Called
+    again, it replaces the files, as the kubelet updates a mounted Secret in place.
+    """
+    volumes = {str(v.get("name")): v for v in pod_spec.get("volumes") or ()}
+    (spec,) = [c for c in pod_spec.get("containers") or () if c.get("name") == container]
+    for mount in spec.get("volumeMounts") or ():
+        volume = volumes[str(mount["name"])]
+        target = root / str(mount["mountPath"]).lstrip("/")
+        kind = next((k for k in ("configMap", "secret", "emptyDir") if k in volume), None)
+        if kind is None:
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        if kind == "emptyDir":
+            continue
+        ref = volume[kind]
+        name = str(ref.get("name") or ref.get("secretName"))
+        optional = bool(ref.get("optional"))
+        data = sources.get((kind, name), {}) if optional else sources[(kind, name)]
+        items = ref.get("items") or [{"key": k, "path": k} for k in data]
+        written = set()
+        for item in items:
+            if optional and str(item["key"]) not in data:
+                continue  # the kubelet skips an optional source's missing keys
+            path = (target / str(item["path"])).resolve()
+            if not path.is_relative_to(target.resolve()):
+                raise ValueError(f"volume {mount['name']}: item path {item['path']!r} leaves {target}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Replaced whole, never truncated: a reader sees the old file or the new one.
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(data[str(item["key"])])
+            tmp.replace(path)
+            written.add(path)
+        for stale in target.iterdir():  # laid out again: only the source's current keys remain
+            if stale.is_file() and stale.resolve() not in written:
+                stale.unlink()
+    return [*list(spec.get("command") or ())[1:], *list(spec.get("args") or ())]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Simulated RMD (v0.3 REST API), with RMD's flags.")
+    # RMD's flags: given ones win over rmd.toml, as RMD binds them over its configuration.
+    p.add_argument("--conf-dir", type=Path, help="directory of rmd.toml")
+    p.add_argument("--address")
+    p.add_argument("--tlsport", type=int)
+    p.add_argument("--clientauth", choices=["challenge", "require"])
+    p.add_argument("-d", "--debug", action="store_true", default=None, help="plain HTTP without ACL")
+    p.add_argument("--debugport", type=int)
+    # The simulator's own.
+    p.add_argument("--root", type=Path, default=Path("/"), help="file system holding rmd.toml's paths")
+    p.add_argument("--sockets", type=int, default=2)
+    p.add_argument("--cpus-per-socket", type=int, default=16)
+    p.add_argument("--count", type=int, default=1, help="independent RMDs, one per node (ports from 0)")
+    p.add_argument("--urls-file", type=Path, help="write the RMDs' base URLs here, one a line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    try:
+        cfg = load_config(args.conf_dir, args.root)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    overrides = {
+        k: v
+        for k, v in vars(args).items()
+        if k in ("address", "tlsport", "clientauth", "debug", "debugport") and v is not None
+    }
+    cfg = dataclasses.replace(cfg, **overrides)
+    log.info("configuration: %s; ACL %s", cfg.source, cfg.acl)
+    tls: ssl.SSLContext | None = None
+    if not cfg.debug:
+        try:
+            tls = server_tls(
+                cfg.clientcapath / "ca.pem",
+                cfg.certpath / "rmd-cert.pem",
+                cfg.certpath / "rmd-key.pem",
+                cfg.clientauth,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            log.error("TLS files under %s and %s: %s", cfg.certpath, cfg.clientcapath, exc)
+            return 2
+    # RMD checks certificates only under ``challenge``; ``require`` passes every request on.
+    acl = cfg.acl if cfg.clientauth == "challenge" else None
+    host = "127.0.0.1" if cfg.address == "localhost" else cfg.address
+    port = cfg.debugport if cfg.debug else cfg.tlsport
     machine = Machine(sockets=args.sockets, cpus_per_socket=args.cpus_per_socket)
 
     async def run() -> None:
         async with contextlib.AsyncExitStack() as stack:
             urls = []
             for i in range(args.count):
-                port = args.port if args.count == 1 else 0
-                urls.append(
-                    await stack.enter_async_context(serve_rmd(RmdState(machine), args.address, port, tls))
+                url = await stack.enter_async_context(
+                    serve_rmd(RmdState(machine), host, port if args.count == 1 else 0, tls, acl)
                 )
-                log.info("simulated RMD %d on %s", i, urls[-1])
+                urls.append(url)
+                log.info("simulated RMD %d on %s", i, url)
             if args.urls_file is not None:
                 tmp = args.urls_file.with_suffix(".tmp")
                 tmp.write_text("".join(u + "\n" for u in urls))

@@ -13,33 +13,15 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from lightkube import AsyncClient
 
-from intel_device_plugins.logconfig import configure_logging
-from intel_device_plugins.operator.cli import (
-    _Parser,
-    _wait_loaded,
-    add_webhook_flags,
-    go_bool,
-    install_signal_handlers,
-    normalise_dashes,
-    self_managed_certs,
-)
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.webhook_server import (
-    ReviewHandler,
-    RunningServer,
-    ServingCert,
-    health_app,
-    metrics_app,
-    parse_bind,
-    start,
-    webhook_app,
-)
+from intel_device_plugins.flags import GoFlagParser, parse_bool
+from intel_device_plugins.kube.https import ReviewHandler
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.serving import add_webhook_flags, install_signal_handlers, serve_admission
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
 from intel_device_plugins.webhooks.store import MappingStore
 from intel_device_plugins.webhooks.watch import follow_all
@@ -48,7 +30,7 @@ log = logging.getLogger("intel_admissionwebhook")
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Mutating admission webhook for pods.")
+    p = GoFlagParser(prog=prog, description="Mutating admission webhook for pods.")
     add_webhook_flags(p)
     p.add_argument("--metrics-bind-address", default="0", help="metrics address; 0 (default) disables")
     p.add_argument("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address")
@@ -57,16 +39,10 @@ def parser(prog: str) -> argparse.ArgumentParser:
         nargs="?",
         const=True,
         default=False,
-        type=go_bool,
+        type=parse_bool,
         help="accepted for compatibility; every replica serves",
     )
-    p.add_argument(
-        "-v",
-        "--verbosity",
-        type=int,
-        default=0,
-        help="log verbosity (0 info, 2+ debug, 4+ every API request)",
-    )
+    add_verbosity_flag(p)
     return p
 
 
@@ -80,54 +56,50 @@ async def serve(
     """Run the webhook server (and health/metrics) until cancelled."""
     self_managed = opts.webhook_cert_mode == "self-managed"
     client = AsyncClient() if (needs_client or self_managed) else None
-    serving = ServingCert(Path(opts.webhook_cert_dir))
-    metrics = Metrics()
-    runners: list[RunningServer] = []
-    started = asyncio.Event()
     paths, background = routes(client)
+    namespace = env.get("POD_NAMESPACE") or "default"
     try:
-        if self_managed:
-            assert client is not None
-            namespace = env.get("POD_NAMESPACE") or "default"
-            certs = self_managed_certs(client, opts, namespace)
-            background.append(asyncio.create_task(certs.run()))
-        background.append(asyncio.create_task(serving.watch(2.0)))
-        host, port = parse_bind(opts.health_probe_bind_address)
-        if port:
-            runners.append(await start(health_app(lambda: started.is_set() and ready_extra()), host, port))
-        host, port = parse_bind(opts.metrics_bind_address)
-        if port:
-            runners.append(await start(metrics_app(metrics), host, port))
-        await _wait_loaded(serving)
-        runners.append(await start(webhook_app(metrics, paths), "", opts.webhook_port, serving.context))
-        log.info("webhook server listening on :%d for %s", opts.webhook_port, ", ".join(paths))
-        started.set()
-        await asyncio.Event().wait()
-        return 0
+        async with serve_admission(opts, client, namespace, Metrics(), paths, ready=ready_extra) as serving:
+            await serving.webhooks  # a webhook server that cannot listen ends the process
+            log.info("serving %s", ", ".join(paths))
+            await asyncio.Event().wait()
+            return 0
     finally:
         for t in background:
             t.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        for r in runners:
-            await r.cleanup()
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.close()
 
 
+def pod_webhooks(
+    client: AsyncClient | None, which: Collection[str], store: MappingStore | None = None
+) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
+    """Routes of the ``fpga`` and ``sgx`` pod webhooks named in ``which``, and the tasks they need.
+
+    The FPGA webhook follows the mappings into ``store`` (a fresh one unless given) through ``client``.
+    """
+    routes: dict[str, ReviewHandler] = {}
+    tasks: list[asyncio.Task[None]] = []
+    if "fpga" in which:
+        assert client is not None
+        store = store if store is not None else MappingStore()
+        routes[FPGA_PATH] = fpga_review(store)
+        tasks.append(asyncio.create_task(follow_all(client, store)))
+    if "sgx" in which:
+        routes[SGX_PATH] = sgx_review
+    return routes, tasks
+
+
 def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
     p = parser(prog)
-    opts = p.parse_args(normalise_dashes(list(sys.argv[1:] if argv is None else argv), p))
-    configure_logging(
-        logging.DEBUG if opts.verbosity >= 2 else logging.INFO, http_requests=opts.verbosity >= 4
-    )
+    opts = p.parse_args(argv)
+    configure_logging(opts.verbosity)
     store = MappingStore()
 
     def routes(client: AsyncClient | None) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
-        if which == "sgx":
-            return {SGX_PATH: sgx_review}, []
-        assert client is not None
-        return {FPGA_PATH: fpga_review(store)}, [asyncio.create_task(follow_all(client, store))]
+        return pod_webhooks(client, {which}, store)
 
     async def runner() -> int:
         task = asyncio.current_task()

@@ -47,7 +47,10 @@ def _wire_aesmd(container: JSON) -> None:
 
 
 def mutated_pod(pod: Mapping[str, Any]) -> JSON:
-    """The pod with §3's changes applied; Denied (from ``requested``) for bad SGX quantities."""
+    """The pod with the changes of docs/webhooks.md, "SGX mutation", applied.
+
+    Denied (from ``requested``) for bad SGX quantities.
+    """
     out: JSON = copy.deepcopy(dict(pod))
     meta = out.setdefault("metadata", {})
     annotations = dict(meta.get("annotations") or {})

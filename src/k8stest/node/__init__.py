@@ -8,8 +8,8 @@ machine it runs on:
 - Its processes run in a private mount namespace (``unshare --mount``). There, ``/sys`` and
   ``/dev`` are work-directory trees that merge a simulated node (``sim/``) with the host parts the
   kubelet needs (cgroups, CPU topology), ``/var/lib`` and ``/run`` are fresh tmpfs instances,
-  ``/var/lib/kubelet``, ``/var/log`` and ``/opt`` are work-directory bind mounts, and the six ``/proc/sys``
-  values the kubelet would otherwise set are files holding the values it wants.
+  ``/var/lib/kubelet``, ``/var/log``, ``/opt`` and ``/srv`` are work-directory bind mounts, and the
+  six ``/proc/sys`` values the kubelet would otherwise set are files holding the values it wants.
 - The kubelet, containerd and every pod share a network namespace of the node's own; the CNI bridge
   lives there. :mod:`k8stest.nodeproxy` joins it to the control plane on the machine's loopback:
   it serves the Services' ClusterIPs inside the node (the ``kubernetes`` Service leads to the API

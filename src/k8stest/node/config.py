@@ -79,6 +79,12 @@ class NodeLayout:
         return self.workdir / "opt"
 
     @property
+    def srv_dir(self) -> Path:
+        """Seen as /srv inside the node: the FPGA bitstream store (/srv/intel.com/fpga) that the
+        CRI hook reads, and never the machine's /srv."""
+        return self.workdir / "srv"
+
+    @property
     def cdi_run_dir(self) -> Path:
         """Seen as /var/run/cdi inside the node, where device plugins write their CDI specs."""
         return self.workdir / "cdi-run"

@@ -223,7 +223,7 @@ def start_real_node(
     etc_upper, etc_work = layout.etc_overlay_dir / "upper", layout.etc_overlay_dir / "work"
     for d in (layout.kubelet_dir, layout.device_plugin_dir, layout.log_dir, layout.opt_dir, layout.logs,
               layout.sysctl_dir, workdir / "cni", workdir / "containerd-root", layout.cdi_run_dir,
-              layout.cdi_etc_dir, etc_upper / "cdi", etc_work):  # fmt: skip
+              layout.cdi_etc_dir, etc_upper / "cdi", etc_work, layout.srv_dir):  # fmt: skip
         d.mkdir(parents=True, exist_ok=True)
 
     # /sys and /dev
@@ -311,6 +311,7 @@ def start_real_node(
             {"kind": "bind", "source": str(layout.cdi_etc_dir), "target": "/etc/cdi"},
             {"kind": "tmpfs", "target": "/var/lib"},
             {"kind": "bind", "source": str(layout.opt_dir), "target": "/opt"},
+            {"kind": "bind", "source": str(layout.srv_dir), "target": "/srv"},
             {"kind": "mkdir", "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.kubelet_dir), "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.log_dir), "target": "/var/log"},

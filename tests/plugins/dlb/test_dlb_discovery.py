@@ -134,7 +134,7 @@ def test_the_plugin_logs_a_problem_once_and_watches_dev(
     tree: FakeTree, caplog: pytest.LogCaptureFixture
 ) -> None:
     tree.device_node("/dev/dlb3")
-    plugin = DlbPlugin(tree.root)
+    plugin = DlbPlugin(str(tree.root))
     with caplog.at_level(logging.WARNING):
         plugin.scan()
         plugin.scan()

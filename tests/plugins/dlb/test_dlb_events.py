@@ -25,7 +25,7 @@ async def test_hotplug_and_removal_are_seen_through_uevents(
     tmp_path: Path, kubelet: KubeletStandIn, only_uevents: Any
 ) -> None:
     tree = build_node(parse_node_spec(NODE), tmp_path / "node")
-    async with only_uevents(DlbPlugin(tree.root), tree) as manager:
+    async with only_uevents(DlbPlugin(str(tree.root)), tree) as manager:
         await kubelet.wait_for(lambda: kubelet.allocatable(PF) == 1)
         added = dlb.add_dlb(tree, vfs=2)
         await kubelet.wait_for(

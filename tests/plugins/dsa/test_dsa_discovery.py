@@ -12,12 +12,7 @@ from intel_device_plugins.deviceplugin.model import DeviceNode, Health
 from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.plugins.idxd.discovery import DSA, IAA, scan_work_queues
 from intel_device_plugins.sim import idxd
-from intel_device_plugins.sim.fakefs import FakeTree
-from intel_device_plugins.sim.node import build_node, parse_node_spec
-
-
-def node(root: Path, spec: str) -> FakeTree:
-    return build_node(parse_node_spec("[node]\nnuma_nodes = 2\n" + spec), root)
+from tests.builders import two_socket_node as node
 
 
 def can_mknod(directory: Path) -> bool:

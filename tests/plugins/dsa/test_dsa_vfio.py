@@ -12,12 +12,7 @@ from intel_device_plugins.deviceplugin.model import (
 )
 from intel_device_plugins.plugins.idxd.plugin import DsaVfioPlugin
 from intel_device_plugins.plugins.idxd.vfio import scan_vfio, with_bdf_envs
-from intel_device_plugins.sim.fakefs import FakeTree
-from intel_device_plugins.sim.node import build_node, parse_node_spec
-
-
-def node(root: Path, spec: str) -> FakeTree:
-    return build_node(parse_node_spec("[node]\nnuma_nodes = 2\n" + spec), root)
+from tests.builders import two_socket_node as node
 
 
 def test_dsa_bound_to_vfio_pci_is_one_device_per_function(tmp_path: Path) -> None:

@@ -353,3 +353,22 @@ def test_aocx_text_sections_are_bounded_and_unused_ones_not_read() -> None:
     assert ".acl.quartus_report" not in parsed.texts
     with pytest.raises(BitstreamError, match=r"section \.acl\.board has 65537 bytes, at most 65536 are read"):
         parse_bitstream_bytes(build.aocx_bytes(opencl, "ab", board="b" * 65536), "r.aocx")
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"\0" * 64, b"   \n", b'{"second": "value"}', b"\xff\xfe garbage", b"]"],
+    ids=["NUL padding", "whitespace", "a second value", "bytes that are not UTF-8", "a stray bracket"],
+)
+def test_gbs_metadata_is_the_first_json_value_within_the_declared_length(tail: bytes) -> None:
+    """Tools pad the metadata block; upstream reads its first JSON value and ignores the rest."""
+    text = b" \n" + json.dumps(build.gbs_metadata(INTERFACE, AFU)).encode() + tail
+    parsed = parse_bitstream_bytes(gbs(text), "padded.gbs")
+    assert isinstance(parsed, Gbs)
+    assert (parsed.interface_id, parsed.afu_id, parsed.metadata_length) == (INTERFACE, AFU, len(text))
+    assert parsed.extra_metadata() == {"Size": str(len(RAW))}
+
+
+def test_gbs_metadata_of_padding_alone_is_an_error() -> None:
+    with pytest.raises(BitstreamError, match="unable to parse GBS metadata"):
+        parse_bitstream_bytes(gbs(b"\0" * 16), "/tmp/empty.gbs")

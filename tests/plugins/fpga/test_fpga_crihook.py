@@ -394,6 +394,47 @@ def test_console_script_failure_exits_1_with_the_reason(node: Node) -> None:
     assert bad_state.stderr.strip() == "intel_fpga_crihook: 'bundle' field is not set in the stdin JSON"
 
 
+# ----- which FME backend: the node's sysfs decides, never the container -----------------------------
+
+
+def test_console_script_without_simulate_programs_a_port_the_nodes_sysfs_marks(node: Node) -> None:
+    """As a runtime runs it from the plugin's CDI spec on a simulated node: no -simulate (here
+    -prefix stands for the node's root, which is / on the node itself)."""
+    port = node.cards[0].ports[1]
+    state = node.write_config([f"FPGA_REGION_1={IFACE}", f"FPGA_AFU_1={NLB3}"], [port])
+    result = run_script(state, "-prefix", str(node.root), "-v", "1")
+    assert result.returncode == 0, result.stderr
+    assert f"{port.name}: region {IFACE} AFU {NLB3}: programmed" in result.stderr
+    assert node.afu(port) == NLB3
+
+
+def test_nothing_a_container_sets_selects_the_simulated_fme(node: Node) -> None:
+    """On an unmarked node (hardware), a container asking for simulation every way it could (its
+    environment, its annotations, its arguments, a marked sysfs tree in its own root file system)
+    still gets the driver's ioctl, which fails here because the node's device files have no driver."""
+    for marker in (node.root / "sys").rglob(fme.SIMULATION_MARKER):
+        marker.unlink()
+    port = node.cards[0].ports[1]
+    rootfs_fme = node.bundle / "rootfs/sys/bus/platform/devices" / node.cards[0].fme
+    rootfs_fme.mkdir(parents=True)
+    (rootfs_fme / fme.SIMULATION_MARKER).write_text("1\n")
+    node.write_config(
+        [f"FPGA_REGION_1={IFACE}", f"FPGA_AFU_1={NLB3}", "SIMULATE=1", "FPGA_SIMULATE=true", "-simulate"],
+        [port],
+    )
+    config = json.loads((node.bundle / "config.json").read_text())
+    config["process"]["args"] = ["-simulate", "-prefix", str(node.bundle / "rootfs")]
+    config["root"] = {"path": "rootfs"}
+    config["annotations"] = {crihook.MODE_ANNOTATION: "simulate", "simulate": "true"}
+    (node.bundle / "config.json").write_text(json.dumps(config))
+    state = {"ociVersion": "1.2.0", "id": "c", "status": "creating", "bundle": str(node.bundle)}
+    state["annotations"] = config["annotations"]
+    result = run_script(json.dumps(state).encode(), "-prefix", str(node.root))
+    assert result.returncode == 1
+    assert f"partial reconfiguration of port {port.port_id} on" in result.stderr, result.stderr
+    assert node.afu(port) == NLB0
+
+
 # ----- hostile input -----------------------------------------------------------------------------
 
 JSON_VALUES = st.recursive(
@@ -452,3 +493,15 @@ def test_requests_from_any_environment_only_carry_ids_that_stay_in_the_store(
             )
             assert path.parent.parent == Path("/srv/intel.com/fpga")
             assert ".." not in path.parts
+
+
+def test_a_gbs_with_padding_after_its_metadata_is_programmed(node: Node) -> None:
+    afu = "e" * 32
+    text = json.dumps(build.gbs_metadata(IFACE, afu)).encode() + b"\0" * 100
+    path = node.root / "srv/intel.com/fpga" / IFACE / f"{afu}.gbs"
+    path.write_bytes(build.gbs_bytes(text, fme.simulated_payload(afu)))
+    port = node.cards[0].ports[0]
+    state = node.write_config([f"FPGA_REGION_0={IFACE}", f"FPGA_AFU_0={afu}"], [port])
+    [outcome] = crihook.run_hook(state, node.root, fme.SimulatedFme(node.root))
+    assert outcome.programmed == str(path)
+    assert node.afu(port) == afu

@@ -36,7 +36,7 @@ async def test_cards_coming_and_going_are_seen_through_uevents(
 ) -> None:
     tree = FakeTree(tmp_path / "node")
     fpga.add_fpga(tree, driver=driver)
-    async with only_uevents(FpgaPlugin(tree.root, Mode.REGION), tree) as manager:
+    async with only_uevents(FpgaPlugin(str(tree.root), Mode.REGION), tree) as manager:
         await kubelet.wait_for(lambda: kubelet.allocatable(REGION) == 1)
         card = fpga.add_fpga(tree, driver=driver, ports=2)
         await kubelet.wait_for(lambda: kubelet.allocatable(REGION) == 2, timeout=5)
@@ -50,7 +50,7 @@ async def test_af_mode_sees_a_reprogrammed_port_by_its_faster_rescan(
 ) -> None:
     tree = FakeTree(tmp_path / "node")
     card = fpga.add_fpga(tree, ports=2)
-    plugin = FpgaPlugin(tree.root, Mode.AF)
+    plugin = FpgaPlugin(str(tree.root), Mode.AF)
     async with only_uevents(plugin, tree, rescan_interval=plugin.safety_rescan_interval()):
         await kubelet.wait_for(lambda: kubelet.allocatable(NLB0) == 2)
         fpga.set_afu_id(tree, card.ports[0].name, fpga.NLB3_AFU)  # no uevent for this

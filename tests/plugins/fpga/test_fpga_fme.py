@@ -198,3 +198,48 @@ def test_simulated_port_info_and_regions(card: tuple[Path, simfpga.SimulatedFpga
         fme.region_info(simulated, node, fpga.driver, 1)
     with pytest.raises(fme.FpgaIoctlError, match="No such device"):
         fme.api_version(simulated, root / "dev" / "dfl-port.99", fpga.driver)
+
+
+# ----- the backend the node's sysfs names --------------------------------------------------------
+
+
+def test_the_simulator_marks_every_fpga_device_it_makes(card: tuple[Path, simfpga.SimulatedFpga]) -> None:
+    root, fpga = card
+    for name in (fpga.fme, *(port.name for port in fpga.ports)):
+        assert fme.is_simulated_device(root, name), name
+    assert not fme.is_simulated_device(root, "dfl-fme.9")
+
+
+def test_a_marked_fme_is_answered_by_the_simulated_fme_and_the_driver_is_never_called(
+    card: tuple[Path, simfpga.SimulatedFpga],
+) -> None:
+    root, fpga = card
+    driver = Recorder(fail=errno.ENXIO)
+    selected = fme.SysfsSelectedIoctl(root, device=driver)
+    payload = bytearray(fme.simulated_payload(simfpga.NLB3_AFU))
+    fme.port_pr(selected, root / "dev" / fpga.fme, fpga.driver, fpga.ports[0].port_id, payload)
+    assert afu_of(root, fpga.ports[0]) == simfpga.NLB3_AFU
+    assert driver.calls == []
+    assert [name for name, _ in selected.simulated.calls] == [fpga.fme]
+
+
+def test_an_unmarked_fme_goes_to_its_driver_as_on_hardware(card: tuple[Path, simfpga.SimulatedFpga]) -> None:
+    """Without the marker (every FME on hardware) the driver gets the very ioctl DeviceIoctl would
+    issue, and its failure is the hook's; the simulated FME is never asked."""
+    root, fpga = card
+    marker = root / "sys/bus/platform/devices" / fpga.fme / fme.SIMULATION_MARKER
+    marker.unlink()
+    driver = Recorder(fail=errno.ENXIO)
+    selected = fme.SysfsSelectedIoctl(root, device=driver)
+    payload = bytearray(fme.simulated_payload(simfpga.NLB3_AFU))
+    with pytest.raises(fme.FpgaIoctlError, match=r"partial reconfiguration of port 0 on .* failed"):
+        fme.port_pr(selected, root / "dev" / fpga.fme, fpga.driver, 0, payload)
+    assert [(node, request) for node, request, _ in driver.calls] == [
+        (root / "dev" / fpga.fme, 0xB680 if fpga.driver == DFL else 0xB580)
+    ]
+    assert selected.simulated.calls == []
+    assert afu_of(root, fpga.ports[0]) == simfpga.NLB0_AFU
+
+
+def test_the_default_backend_of_an_unmarked_device_is_the_real_ioctl() -> None:
+    assert isinstance(fme.SysfsSelectedIoctl(Path("/")).device, fme.DeviceIoctl)

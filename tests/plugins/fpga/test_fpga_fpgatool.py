@@ -295,3 +295,48 @@ def test_console_script(node: Node) -> None:
     missing = subprocess.run([script], capture_output=True, text=True)
     assert missing.returncode == 1
     assert missing.stderr.startswith("Please provide command: info,")
+
+
+@pytest.mark.parametrize(
+    ("interface", "afu"), [("", NLB3), (IFACE, "")], ids=["no interface ID", "no AFU ID"]
+)
+def test_info_shows_every_field_of_a_gbs_with_an_empty_id_and_install_refuses_it(
+    node: Node, tmp_path: Path, interface: str, afu: str
+) -> None:
+    path = tmp_path / "incomplete.gbs"
+    path.write_bytes(build.gbs_bytes(build.gbs_metadata(interface, afu), b"x" * 10))
+    code, out, err = node.run("-b", str(path), "info")
+    assert (code, err) == (0, "")
+    assert out == (
+        f'Bitstream file        : "{path}"\n'
+        f'Interface UUID        : "{interface}"\n'
+        f'Accelerator Type UUID : "{afu}"\n'
+        f'Unique UUID           : "{afu}"\n'
+        'Installation Path     : ""\n'
+        "Extra:\n"
+        '\tSize : "10"\n'
+    )
+    code, out, err = node.run("-dry-run", "-b", str(path), "install")
+    assert (code, err) == (0, "")
+    missing = "interface ID ''" if not interface else "unique ID ''"
+    assert out == (
+        f'Installing bitstream "{path}" as ""\n'
+        f"Dry-run: no copying performed; install refuses this file: {missing} cannot name a file in the "
+        "bitstream store\n"
+    )
+    code, _, err = node.run("-b", str(path), "install")
+    assert code == 1
+    assert err.strip() == f"{path}: {missing} cannot name a file in the bitstream store"
+    assert not (node.root / STORE.lstrip("/")).exists()
+
+
+def test_info_shows_every_field_of_an_aocx_without_a_hash(node: Node, tmp_path: Path) -> None:
+    path = tmp_path / "nohash.aocx"
+    opencl = build.gbs_bytes(build.gbs_metadata(IFACE, build.OPENCL_AFU), b"x" * 10)
+    path.write_bytes(build.aocx_bytes(opencl, ""))
+    code, out, err = node.run("-b", str(path), "info")
+    assert (code, err) == (0, "")
+    assert 'Unique UUID           : ""\nInstallation Path     : ""\nExtra:\n' in out
+    assert '\tHash : ""\n' in out
+    code, _, err = node.run("-b", str(path), "install")
+    assert code == 1 and "unique ID '' cannot name a file in the bitstream store" in err

@@ -23,7 +23,7 @@ def test_scan_serves_the_mode_and_logs_a_broken_port_once(
     broken = fpga.add_fpga(tree)
     fpga.add_fpga(tree)
     tree.remove(broken.fme_sysfs)
-    plugin = FpgaPlugin(tmp_path, Mode.REGION)
+    plugin = FpgaPlugin(str(tmp_path), Mode.REGION)
     assert plugin.namespace == "fpga.intel.com"
     with caplog.at_level(logging.INFO):
         for _ in range(3):
@@ -33,11 +33,11 @@ def test_scan_serves_the_mode_and_logs_a_broken_port_once(
 
 
 def test_watch_paths_cover_dev_and_the_class_dirs_present(tmp_path: Path) -> None:
-    assert FpgaPlugin(tmp_path).watch_paths() == (tmp_path / "dev",)
+    assert FpgaPlugin(str(tmp_path)).watch_paths() == (tmp_path / "dev",)
     fpga.add_fpga(FakeTree(tmp_path))
-    assert FpgaPlugin(tmp_path).watch_paths() == (tmp_path / "dev", tmp_path / "sys/class/fpga_region")
+    assert FpgaPlugin(str(tmp_path)).watch_paths() == (tmp_path / "dev", tmp_path / "sys/class/fpga_region")
     fpga.add_fpga(FakeTree(tmp_path), driver=fpga.OPAE)
-    assert FpgaPlugin(tmp_path).watch_paths() == (
+    assert FpgaPlugin(str(tmp_path)).watch_paths() == (
         tmp_path / "dev",
         tmp_path / "sys/class/fpga",
         tmp_path / "sys/class/fpga_region",

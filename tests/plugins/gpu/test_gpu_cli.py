@@ -208,6 +208,16 @@ def test_shared_dev_num_must_be_a_positive_integer(capsys: pytest.CaptureFixture
     assert "-shared-dev-num" in rejected(capsys, f"-shared-dev-num={value}")
 
 
+def test_shared_dev_num_has_a_maximum_that_keeps_the_device_list_within_the_kubelets_limit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert parse("-shared-dev-num", "1000").shared_dev_num == 1000
+    with pytest.raises(SystemExit):  # the parser alone: before the maximum, main() would start serving
+        parse("-shared-dev-num=1001")
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert "-shared-dev-num" in message and "1001 is more than 1000" in message
+
+
 @pytest.mark.parametrize(
     "value",
     [

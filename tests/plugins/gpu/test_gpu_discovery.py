@@ -14,12 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from intel_device_plugins.deviceplugin.cdi import CDI_VERSION, cdi_spec_document
-from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceInfo, DeviceNode, Health, Mount
+from intel_device_plugins.deviceplugin.model import (
+    CdiDevice,
+    DeviceInfo,
+    DeviceNode,
+    Discovery,
+    Health,
+    Mount,
+)
 from intel_device_plugins.plugins.gpu.discovery import (
     CDI_KIND,
     ByPath,
     GpuOptions,
-    GpuScan,
     MonitoringMode,
     scan_gpus,
 )
@@ -39,7 +45,7 @@ def tree(tmp_path: Path) -> FakeTree:
     return fake
 
 
-def scan(tree: FakeTree, options: GpuOptions | None = None) -> GpuScan:
+def scan(tree: FakeTree, options: GpuOptions | None = None) -> Discovery:
     return scan_gpus(str(tree.root), options or GpuOptions())
 
 
@@ -831,7 +837,7 @@ def test_odd_entries_in_sysfs_do_not_break_the_scan(tree: FakeTree) -> None:
 def test_empty_drm_class_dir_gives_an_empty_tree_without_problems(tree: FakeTree) -> None:
     result = scan(tree)
 
-    assert result == GpuScan({}, ())
+    assert result == Discovery({}, ())
 
 
 def test_prefix_is_kept_in_every_reported_path(tree: FakeTree) -> None:

@@ -11,12 +11,7 @@ from intel_device_plugins.deviceplugin.model import DeviceNode, Health
 from intel_device_plugins.plugins.npu import cli
 from intel_device_plugins.plugins.npu.discovery import NPU_DEVICE_IDS, scan_npus
 from intel_device_plugins.plugins.npu.plugin import NpuPlugin
-from intel_device_plugins.sim.fakefs import FakeTree
-from intel_device_plugins.sim.node import build_node, parse_node_spec
-
-
-def node(root: Path, spec: str) -> FakeTree:
-    return build_node(parse_node_spec("[node]\nnuma_nodes = 2\n" + spec), root)
+from tests.builders import two_socket_node as node
 
 
 @pytest.mark.parametrize("device_id", sorted(NPU_DEVICE_IDS))

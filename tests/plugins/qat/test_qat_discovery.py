@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.deviceplugin.model import DeviceNode, Health, Mount
+from intel_device_plugins.deviceplugin.model import DeviceNode, Discovery, Health, Mount
 from intel_device_plugins.plugins.qat.discovery import (
     IGB_UIO,
     DpdkConfig,
     QatPaths,
-    ScanResult,
     build_tree,
     find_vfs,
     resource_from_services,
@@ -27,12 +26,12 @@ def tree(tmp_path: Path) -> FakeTree:
     return fake
 
 
-def scan(tree: FakeTree, config: DpdkConfig | None = None) -> ScanResult:
+def scan(tree: FakeTree, config: DpdkConfig | None = None) -> Discovery:
     paths = QatPaths(tree.root)
     config = config or DpdkConfig()
     found = find_vfs(paths, config)
     result = build_tree(paths, found.vfs, config)
-    return ScanResult(result.tree, found.problems + result.problems)
+    return Discovery(result.tree, found.problems + result.problems)
 
 
 def test_vfs_are_found_through_their_pf_and_named_by_services(tree: FakeTree) -> None:
@@ -265,7 +264,7 @@ def test_pfs_without_vfs_do_not_trigger_the_vm_fallback(tree: FakeTree) -> None:
 
 
 def test_no_qat_at_all_is_an_empty_tree(tree: FakeTree) -> None:
-    assert scan(tree) == ScanResult({}, ())
+    assert scan(tree) == Discovery({}, ())
 
 
 def test_a_broken_pf_driver_link_skips_that_pf_only(tree: FakeTree) -> None:

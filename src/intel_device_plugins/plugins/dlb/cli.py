@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 
-from intel_device_plugins.deviceplugin.cli import PluginArgumentParser, new_parser, run_plugin_command
+from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_plugin_command
 from intel_device_plugins.plugins.dlb.plugin import DlbPlugin
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     return new_parser(
         "intel_dlb_device_plugin", "Kubernetes device plugin for Intel Dynamic Load Balancer (dlb.intel.com)."
     )
 
 
 def build_plugins(args: argparse.Namespace) -> Sequence[DlbPlugin]:
-    return [DlbPlugin(Path(args.prefix or "/"))]
+    return [DlbPlugin(args.prefix)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

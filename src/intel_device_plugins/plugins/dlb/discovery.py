@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from intel_device_plugins import sysfs
-from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, DeviceTree
+from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Discovery
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 from intel_device_plugins.sysfs import UnreadableAttribute, missing, read_attribute
 
@@ -23,12 +22,6 @@ NAMESPACE = "dlb.intel.com"
 PF = "pf"
 VF = "vf"
 _NODE_NAME = re.compile(r"^dlb[0-9]+$")
-
-
-@dataclass(frozen=True)
-class DlbScan:
-    tree: DeviceTree
-    problems: tuple[str, ...] = field(default=())
 
 
 def classify(device_dir: str) -> tuple[str | None, str]:
@@ -71,7 +64,7 @@ def _device_key(class_dir: str) -> Path:
         return Path(class_dir, "device")
 
 
-def scan_dlb(root: Path, numa_of: NumaLookup | None = None) -> DlbScan:
+def scan_dlb(root: Path, numa_of: NumaLookup | None = None) -> Discovery:
     """All DLB devices under ``root``; IDs are the container paths (``/dev/dlb0``), as upstream."""
     lookup = numa_of or (lambda directory: numa_nodes_of(directory, root))
     prefix = str(root).rstrip("/")
@@ -98,4 +91,4 @@ def scan_dlb(root: Path, numa_of: NumaLookup | None = None) -> DlbScan:
         tree[resource][container_path] = DeviceInfo(
             nodes=(DeviceNode(f"{prefix}{container_path}", f"{prefix}{container_path}"),), numa_nodes=numa
         )
-    return DlbScan({resource: devices for resource, devices in tree.items() if devices}, tuple(problems))
+    return Discovery({resource: devices for resource, devices in tree.items() if devices}, tuple(problems))

@@ -17,11 +17,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DlbPlugin:
-    root: Path = Path("/")
+    prefix: str = ""
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
     numa: NumaCache = field(init=False)
+    root: Path = field(init=False)
+    """The root the prefix stands for, which discovery reads from."""
 
     def __post_init__(self) -> None:
+        self.root = Path(self.prefix or "/")
         self.numa = NumaCache(self.root)
 
     @property

@@ -6,9 +6,8 @@ import argparse
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
-from intel_device_plugins.deviceplugin.cli import PluginArgumentParser, new_parser, run_plugin_command
+from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_plugin_command
 from intel_device_plugins.plugins.fpga.discovery import Mode
 from intel_device_plugins.plugins.fpga.nodemode import effective_mode, read_node_annotations
 from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
@@ -19,7 +18,7 @@ AnnotationReader = Callable[[str, str, str], Mapping[str, str]]
 """(node name, kubeconfig, master) → the node's annotations; raises when they cannot be read."""
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser(
         "intel_fpga_device_plugin", "Kubernetes device plugin for Intel FPGA cards (fpga.intel.com)."
     )
@@ -59,7 +58,7 @@ def resolve_mode(args: argparse.Namespace, reader: AnnotationReader = read_node_
 def build_plugins(args: argparse.Namespace) -> Sequence[FpgaPlugin]:
     mode = resolve_mode(args)
     log.info("FPGA device plugin started in %s mode", mode)
-    return [FpgaPlugin(Path(args.prefix or "/"), mode)]
+    return [FpgaPlugin(args.prefix, mode)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,11 @@ bitstream ``/srv/intel.com/fpga/<region>/<afu>.gbs`` (or ``.aocx``). It then che
 reports the bitstream's AFU. Any failure: the reason on stderr and exit code 1, so the runtime
 refuses to start the container.
 
+The ioctls go to the FME's driver, except for a device that the node's own sysfs marks as
+simulated (``fme.SIMULATION_MARKER``, written only by the node simulator): those go to the
+simulated FME, so the same hook, run by a real runtime from the plugin's CDI spec, programs a
+simulated node's port. Nothing in the container's request takes part in that choice.
+
 Unlike upstream: each pair gets a distinct port, every pair is handled (not just the first
 already-programmed one), an environment entry without ``=`` is ignored, and IDs that are not plain
 hexadecimal-like names are refused before any path is built from them.
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.flags import PluginArgumentParser
+from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.plugins.fpga.bitstream import (
     AOCX_EXTENSION,
     BITSTREAM_DIR,
@@ -47,10 +52,10 @@ from intel_device_plugins.plugins.fpga.devices import (
     under_root,
 )
 from intel_device_plugins.plugins.fpga.fme import (
-    DeviceIoctl,
     FpgaIoctl,
     FpgaIoctlError,
     SimulatedFme,
+    SysfsSelectedIoctl,
     port_pr,
 )
 
@@ -303,16 +308,18 @@ def run_hook(state: bytes, root: Path, io: FpgaIoctl) -> list[Outcome]:
 
 
 def ioctl_for(root: Path, simulate: bool) -> FpgaIoctl:
-    """The real driver interface, or the simulated FME of the node simulator's tree at ``root``."""
+    """With ``-simulate``, the simulated FME of the node simulator's tree at ``root``. Otherwise
+    each device's driver, unless the node's own sysfs marks that device as simulated: the flags and
+    the node's sysfs decide, never the container being started (see ``SysfsSelectedIoctl``)."""
     if not simulate:
-        return DeviceIoctl()
+        return SysfsSelectedIoctl(root)
     if root == Path("/"):
         raise SystemExit("-simulate needs -prefix: the simulated node's root")
     return SimulatedFme(root)
 
 
-def build_parser() -> PluginArgumentParser:
-    parser = PluginArgumentParser(
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(
         prog="intel_fpga_crihook",
         description="OCI createRuntime hook programming FPGA ports (state on stdin)",
     )

@@ -25,7 +25,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from intel_device_plugins import sysfs
-from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceInfo, DeviceNode, DeviceTree, Health
+from intel_device_plugins.deviceplugin.model import (
+    CdiDevice,
+    DeviceInfo,
+    DeviceNode,
+    DeviceTree,
+    Discovery,
+    Health,
+)
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 
 NAMESPACE = "fpga.intel.com"
@@ -113,12 +120,6 @@ class Port:
 class FpgaInventory:
     driver: Driver | None
     ports: tuple[Port, ...] = ()
-    problems: tuple[str, ...] = field(default=())
-
-
-@dataclass(frozen=True)
-class FpgaScan:
-    tree: DeviceTree
     problems: tuple[str, ...] = field(default=())
 
 
@@ -386,17 +387,17 @@ def _region_tree(
     return tree
 
 
-def fpga_tree(inventory: FpgaInventory, mode: Mode, prefix: str, numa_of: NumaLookup) -> FpgaScan:
+def fpga_tree(inventory: FpgaInventory, mode: Mode, prefix: str, numa_of: NumaLookup) -> Discovery:
     """The device tree of ``mode`` for discovered ports; problems include the inventory's."""
     problems = list(inventory.problems)
     if mode is Mode.AF:
         tree = _af_tree(inventory, prefix, numa_of, problems)
     else:
         tree = _region_tree(inventory, prefix, numa_of, problems, devel=mode is Mode.REGIONDEVEL)
-    return FpgaScan(tree, tuple(problems))
+    return Discovery(tree, tuple(problems))
 
 
-def scan_fpga(root: Path | str, mode: Mode, numa_of: NumaLookup | None = None) -> FpgaScan:
+def scan_fpga(root: Path | str, mode: Mode, numa_of: NumaLookup | None = None) -> Discovery:
     """Discovery plus the mode's device tree; device paths keep the root as their prefix."""
     prefix = str(root).rstrip("/")
     lookup = numa_of or (lambda directory: numa_nodes_of(directory, root))

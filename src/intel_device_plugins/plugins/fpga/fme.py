@@ -6,6 +6,8 @@ and either an integer or a mutable argument buffer. :class:`DeviceIoctl` is the 
 (``fcntl.ioctl`` on the opened node); :class:`SimulatedFme` answers the same requests over a
 simulated sysfs tree, decoding the very structures the real driver would get, so tests exercise
 the encoding too. A simulated PR "programs" the port by rewriting its ``afu_id``.
+:class:`SysfsSelectedIoctl` picks one of the two per device, by what the node's sysfs says about
+that device (:data:`SIMULATION_MARKER`).
 """
 
 from __future__ import annotations
@@ -315,3 +317,40 @@ class SimulatedFme:
         else:
             self.released.discard(key)
         return 0
+
+
+# ----- backend chosen by the node's sysfs ---------------------------------------------------------
+
+SIMULATION_MARKER = "intel_device_plugins_simulation"
+"""A file the node simulator writes into the sysfs directory of every FPGA device it makes.
+
+No kernel driver has an attribute of this name, and sysfs lets nobody create files (not even
+root), so on hardware the file cannot exist. Whether it is there is up to whoever builds the
+node's ``/sys``; no part of a container's request (environment, annotations, mounts, devices) is
+looked at."""
+
+
+def is_simulated_device(root: Path, name: str) -> bool:
+    """Whether the node's sysfs marks FPGA device ``name`` (``dfl-fme.0``, ...) as simulated."""
+    return under_root(root, f"/sys/bus/platform/devices/{name}/{SIMULATION_MARKER}").is_file()
+
+
+@dataclass
+class SysfsSelectedIoctl:
+    """Each ioctl goes to the simulated FME when the node's sysfs marks its device as simulated
+    (:data:`SIMULATION_MARKER`), otherwise to the driver, exactly as :class:`DeviceIoctl` does.
+
+    This lets the runtime run the hook unchanged, as the plugin's CDI spec names it, on a simulated
+    node whose device nodes have no driver behind them."""
+
+    root: Path
+    device: FpgaIoctl = field(default_factory=DeviceIoctl)
+    simulated: SimulatedFme = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.simulated = SimulatedFme(self.root)
+
+    def ioctl(self, node: Path, request: int, argument: int | bytearray) -> int:
+        if is_simulated_device(self.root, os.path.basename(os.path.realpath(node))):
+            return self.simulated.ioctl(node, request, argument)
+        return self.device.ioctl(node, request, argument)

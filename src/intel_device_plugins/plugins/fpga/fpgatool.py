@@ -3,8 +3,8 @@ devices. Commands, flags and messages as upstream's tool.
 
 Differences: ``-dry-run`` never copies, even with ``-q``; ``install`` writes through a temporary file
 and a rename, so the CRI hook never reads a half-copied bitstream; ``pr`` checks that the port
-reports the bitstream's AFU afterwards; ``-prefix`` and ``-simulate`` run it against the node
-simulator.
+reports the bitstream's AFU afterwards; ``-dry-run install`` of a file that ``install`` refuses (an
+empty or unsafe ID) says why; ``-prefix`` and ``-simulate`` run it against the node simulator.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from intel_device_plugins.flags import PluginArgumentParser, parse_bool
+from intel_device_plugins.flags import GoFlagParser, parse_bool
 from intel_device_plugins.plugins.fpga.bitstream import (
     BITSTREAM_DIR,
     Bitstream,
@@ -102,12 +102,22 @@ def print_bitstream_info(options: Options, out: TextIO) -> None:
     out.write(f"Interface UUID        : {_go_quote(bitstream.interface_id)}\n")
     out.write(f"Accelerator Type UUID : {_go_quote(bitstream.afu_id)}\n")
     out.write(f"Unique UUID           : {_go_quote(bitstream.unique_id)}\n")
-    out.write(f"Installation Path     : {_go_quote(bitstream.install_path(BITSTREAM_DIR))}\n")
+    out.write(f"Installation Path     : {_go_quote(_store_path(bitstream, BITSTREAM_DIR)[0])}\n")
     extra = bitstream.extra_metadata()
     if extra and not options.quiet:
         out.write("Extra:\n")
         for key in sorted(extra):
             out.write(f"\t{key} : {_go_quote(extra[key])}\n")
+
+
+def _store_path(bitstream: Bitstream, root: str) -> tuple[str, str]:
+    """Where ``install`` would put the file, or ``""`` and why it would refuse it (an empty or unsafe ID).
+
+    Inspecting shows such a file in full, as upstream's tool does with its empty installation path."""
+    try:
+        return bitstream.install_path(root), ""
+    except BitstreamError as error:
+        return "", error.reason
 
 
 def _exists_message(destination: Path) -> str:
@@ -116,13 +126,19 @@ def _exists_message(destination: Path) -> str:
 
 def install_bitstream(options: Options, out: TextIO) -> None:
     bitstream = open_bitstream(options.bitstream)
-    destination = Path(bitstream.install_path(str(under_root(options.root, BITSTREAM_DIR))))
+    root = str(under_root(options.root, BITSTREAM_DIR))
+    if options.dry_run:
+        path, refusal = _store_path(bitstream, root)
+        if not options.quiet:
+            out.write(f"Installing bitstream {_go_quote(options.bitstream)} as {_go_quote(path)}\n")
+            out.write(
+                "Dry-run: no copying performed"
+                + (f"; install refuses this file: {refusal}\n" if refusal else "\n")
+            )
+        return
+    destination = Path(bitstream.install_path(root))
     if not options.quiet:
         out.write(f"Installing bitstream {_go_quote(options.bitstream)} as {_go_quote(str(destination))}\n")
-    if options.dry_run:
-        if not options.quiet:
-            out.write("Dry-run: no copying performed\n")
-        return
     try:
         destination.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     except OSError as error:
@@ -332,10 +348,8 @@ def run_command(command: str, options: Options, io: FpgaIoctl, out: TextIO) -> N
         raise ToolError(f"unknown command [{command}]")
 
 
-def build_parser() -> PluginArgumentParser:
-    parser = PluginArgumentParser(
-        prog="fpga_tool", description="Inspect, install and program FPGA bitstreams"
-    )
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(prog="fpga_tool", description="Inspect, install and program FPGA bitstreams")
     parser.add_argument(
         "-b", "--b", dest="bitstream", default="", help="Path to bitstream file (GBS or AOCX)"
     )

@@ -18,7 +18,6 @@ names are removed. Every path written stays under the target directory.
 
 from __future__ import annotations
 
-import argparse
 import compileall
 import hashlib
 import json
@@ -31,6 +30,8 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from intel_device_plugins.flags import GoFlagParser
 
 DEFAULT_TARGET = Path("/opt/intel/fpga-sw")
 LAUNCHER_NAME = "intel-fpga-crihook"
@@ -272,7 +273,7 @@ def install(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = GoFlagParser(
         prog="intel_fpga_hook_install",
         description="Install a self-contained intel-fpga-crihook (Python, its libraries, a launcher).",
     )

@@ -21,12 +21,15 @@ REGION_RESCAN_INTERVAL = 60.0
 
 @dataclass
 class FpgaPlugin:
-    root: Path = Path("/")
+    prefix: str = ""
     mode: Mode = Mode.AF
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
     numa: NumaCache = field(init=False)
+    root: Path = field(init=False)
+    """The root the prefix stands for, which discovery reads from."""
 
     def __post_init__(self) -> None:
+        self.root = Path(self.prefix or "/")
         self.numa = NumaCache(self.root)
 
     @property

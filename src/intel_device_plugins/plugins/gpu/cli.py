@@ -8,11 +8,11 @@ import re
 from collections.abc import Sequence
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
+    GoFlagParser,
     new_parser,
-    positive_int,
     run_plugin_command,
 )
+from intel_device_plugins.flags import MAX_SHARED_DEV_NUM, shared_dev_num
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
@@ -36,9 +36,14 @@ def parse_id_list(text: str) -> frozenset[str]:
     return frozenset(ids)
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser("intel_gpu_device_plugin", "Kubernetes device plugin for Intel GPUs (gpu.intel.com).")
-    parser.add_flag("shared-dev-num", type=positive_int, default=1, help="containers that may share one GPU")
+    parser.add_flag(
+        "shared-dev-num",
+        type=shared_dev_num,
+        default=1,
+        help=f"containers that may share one GPU (at most {MAX_SHARED_DEV_NUM})",
+    )
     parser.add_flag(
         "allocation-policy",
         type=AllocationPolicy,

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from intel_device_plugins.deviceplugin.model import (
     CdiDevice,
     DeviceInfo,
     DeviceNode,
-    DeviceTree,
+    Discovery,
     Health,
     Mount,
 )
@@ -68,12 +68,6 @@ class GpuOptions:
     deny_ids: frozenset[str] = frozenset()
     enable_monitoring: bool = False
     monitoring_mode: MonitoringMode = MonitoringMode.SINGLE
-
-
-@dataclass(frozen=True)
-class GpuScan:
-    tree: DeviceTree
-    problems: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -303,7 +297,7 @@ def _card_number(name: str) -> int:
     return int(name[4:])
 
 
-def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = None) -> GpuScan:
+def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = None) -> Discovery:
     """The complete GPU device tree of the node under ``prefix``, with the problems found.
 
     ``cache`` carries the cards' static facts from one scan to the next; without it every fact
@@ -314,7 +308,7 @@ def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = N
     cache = cache if cache is not None else CardFactsCache()
     entries = list_dir(view.drm_dir)
     if entries is None:
-        return GpuScan({}, (f"cannot read {view.drm_dir}; no GPUs advertised",))
+        return Discovery({}, (f"cannot read {view.drm_dir}; no GPUs advertised",))
     tree: dict[str, dict[str, DeviceInfo]] = {}
     monitoring: dict[str, list[DeviceNode]] = {}
     for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
@@ -333,4 +327,4 @@ def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = N
             monitoring.setdefault(resource, []).extend(card.monitoring_nodes)
     for resource, nodes in monitoring.items():
         tree[resource] = {MONITORING_ID: DeviceInfo(health=Health.HEALTHY, nodes=tuple(nodes))}
-    return GpuScan(tree, tuple(problems))
+    return Discovery(tree, tuple(problems))

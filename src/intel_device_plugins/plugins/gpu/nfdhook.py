@@ -6,7 +6,6 @@ Label values are limited to 63 characters; long lists are split into ``name``, `
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -14,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.plugins.gpu.discovery import CARD_NAME
 from intel_device_plugins.sysfs import INTEL_VENDOR_ID, is_pf_with_vfs, list_dir, read_int, read_trimmed
 
@@ -171,7 +171,7 @@ def gpu_labels(drm_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_nfdhook", description="Print Intel GPU node labels for NFD.")
+    parser = GoFlagParser(prog="gpu_nfdhook", description="Print Intel GPU node labels for NFD.")
     parser.add_argument(
         "-sysfs", "--sysfs", default="/host-sys", help="sysfs mount point (default /host-sys)"
     )

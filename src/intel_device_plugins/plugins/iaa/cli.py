@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
+    GoFlagParser,
     new_parser,
     run_plugin_command,
 )
@@ -20,7 +20,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     return [WorkQueuePlugin(IAA, prefix=args.prefix, shared_dev_num=args.shared_dev_num)]
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser("intel_iaa_device_plugin", "Intel IAA device plugin for Kubernetes")
     add_shared_dev_num(parser, "shared work queue")
     return parser

@@ -20,9 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Health
+from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Discovery, Health
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
-from intel_device_plugins.plugins.scanning import Discovery
 from intel_device_plugins.sysfs import list_dir, read_trimmed
 
 BUS_DIR = "/sys/bus/dsa/devices"

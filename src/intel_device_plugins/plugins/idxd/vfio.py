@@ -12,9 +12,15 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceInfo, DeviceNode, Health
+from intel_device_plugins.deviceplugin.model import (
+    ContainerAllocation,
+    DeviceInfo,
+    DeviceNode,
+    Discovery,
+    Health,
+)
 from intel_device_plugins.plugins.idxd.discovery import read_attribute
-from intel_device_plugins.plugins.scanning import PCI_ID, Discovery, numa_or_problem
+from intel_device_plugins.plugins.scanning import PCI_ID, numa_or_problem
 from intel_device_plugins.sysfs import (
     PCI_ADDRESS,
     link_basename,

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
+    GoFlagParser,
     new_parser,
     run_plugin_command,
 )
@@ -22,7 +22,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     return [NpuPlugin(prefix=args.prefix, shared_dev_num=args.shared_dev_num)]
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser("intel_npu_device_plugin", "Intel NPU device plugin for Kubernetes")
     add_shared_dev_num(parser, "NPU")
     return parser

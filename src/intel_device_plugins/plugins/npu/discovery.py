@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Health
-from intel_device_plugins.plugins.scanning import PCI_ID, Discovery, numa_or_problem
+from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Discovery, Health
+from intel_device_plugins.plugins.scanning import PCI_ID, numa_or_problem
 from intel_device_plugins.sysfs import INTEL_VENDOR_ID, list_dir, prefixed, read_first_line, read_trimmed
 
 NAMESPACE = "npu.intel.com"

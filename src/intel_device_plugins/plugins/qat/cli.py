@@ -8,7 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
+    GoFlagParser,
     new_parser,
     positive_int,
     run_plugin_command,
@@ -54,7 +54,7 @@ def parse_policy(text: str) -> Policy:
         ) from None
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser(
         "intel_qat_device_plugin",
         "Kubernetes device plugin for Intel QuickAssist Technology (qat.intel.com).",

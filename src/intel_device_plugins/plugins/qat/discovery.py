@@ -19,7 +19,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from intel_device_plugins import sysfs
-from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, DeviceTree, Health, Mount
+from intel_device_plugins.deviceplugin.model import (
+    DeviceInfo,
+    DeviceNode,
+    Discovery,
+    Health,
+    Mount,
+)
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 
 NAMESPACE = "qat.intel.com"
@@ -122,16 +128,10 @@ class DpdkConfig:
 
 
 @dataclass(frozen=True)
-class Discovery:
+class VfDiscovery:
     """Result of a read-only pass: what was found, plus what was wrong along the way."""
 
     vfs: tuple[VirtualFunction, ...]
-    problems: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ScanResult:
-    tree: DeviceTree
     problems: tuple[str, ...] = ()
 
 
@@ -185,7 +185,7 @@ def _virtfn_links(pf_dir: Path) -> list[Path]:
     return [path for _, path in sorted(numbered)]
 
 
-def find_vfs(paths: QatPaths, config: DpdkConfig, memo: StaticMemo | None = None) -> Discovery:
+def find_vfs(paths: QatPaths, config: DpdkConfig, memo: StaticMemo | None = None) -> VfDiscovery:
     """All QAT VFs of the enabled VF drivers, found through their PFs or, in a VM, by device ID.
 
     At most ``config.max_devices`` are returned. A broken ``virtfn`` link or an unreadable
@@ -225,7 +225,7 @@ def find_vfs(paths: QatPaths, config: DpdkConfig, memo: StaticMemo | None = None
     if not vfs and not _any_pf(paths, config):
         vfs, vm_problems = _find_vfs_without_pf(paths, config, memo)
         problems.extend(vm_problems)
-    return Discovery(tuple(vfs[: config.max_devices]), tuple(problems))
+    return VfDiscovery(tuple(vfs[: config.max_devices]), tuple(problems))
 
 
 def _any_pf(paths: QatPaths, config: DpdkConfig) -> bool:
@@ -456,7 +456,7 @@ def build_tree(
     numa_of: NumaLookup | None = None,
     memo: StaticMemo | None = None,
     drivers: Mapping[str, str] | None = None,
-) -> ScanResult:
+) -> Discovery:
     """The device tree for ``vfs`` as the node looks now.
 
     A VF that is not bound to the DPDK driver (``bind_failures`` says why, when binding was tried)
@@ -498,4 +498,4 @@ def build_tree(
             envs={f"QAT{index}": vf.address},
             numa_nodes=numa,
         )
-    return ScanResult(tree, tuple(dict.fromkeys(problems)))
+    return Discovery(tree, tuple(dict.fromkeys(problems)))

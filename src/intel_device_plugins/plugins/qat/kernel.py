@@ -14,11 +14,17 @@ import configparser
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from intel_device_plugins import sysfs
-from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceInfo, DeviceNode, DeviceTree
+from intel_device_plugins.deviceplugin.model import (
+    ContainerAllocation,
+    DeviceInfo,
+    DeviceNode,
+    DeviceTree,
+    Discovery,
+)
 
 _STATUS_LINE = re.compile(
     r"type: (?P<type>[A-Za-z0-9]+), .* inst_id: (?P<inst>[0-9]+), .* "
@@ -296,17 +302,11 @@ class KernelPaths:
         return str(self.root / absolute.lstrip("/"))
 
 
-@dataclass(frozen=True)
-class KernelScan:
-    tree: DeviceTree
-    problems: tuple[str, ...] = field(default=())
-
-
 def iommu_enabled(paths: KernelPaths) -> bool:
     return bool(sysfs.list_dir(paths.iommu_class))
 
 
-def scan_kernel(paths: KernelPaths, status_output: str) -> KernelScan:
+def scan_kernel(paths: KernelPaths, status_output: str) -> Discovery:
     """Device tree from ``adf_ctl status`` output plus the node's files under ``paths.root``.
 
     A device whose uio directory or configuration cannot be read is left out with a problem; the
@@ -339,4 +339,4 @@ def scan_kernel(paths: KernelPaths, status_output: str) -> KernelScan:
         nodes.extend(DeviceNode(paths.host(f"/dev/{name}"), paths.host(f"/dev/{name}")) for name in uio)
     merged, merge_problems = merge_sections(per_device)
     problems.extend(merge_problems)
-    return KernelScan(build_kernel_tree(merged, nodes), tuple(problems))
+    return Discovery(build_kernel_tree(merged, nodes), tuple(problems))

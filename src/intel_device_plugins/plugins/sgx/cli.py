@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from intel_device_plugins.deviceplugin.cli import (
-    PluginArgumentParser,
+    GoFlagParser,
     new_parser,
     positive_int,
     run_plugin_command,
@@ -48,7 +48,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     return [SgxPlugin(limits, prefix=args.prefix)]
 
 
-def build_parser() -> PluginArgumentParser:
+def build_parser() -> GoFlagParser:
     parser = new_parser("intel_sgx_device_plugin", "Intel SGX device plugin for Kubernetes")
     parser.add_flag(
         "enclave-limit",

@@ -11,8 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from intel_device_plugins.deviceplugin.cdi import VENDOR_KIND_PREFIX
-from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceInfo, DeviceNode, DeviceTree, Mount
-from intel_device_plugins.plugins.scanning import Discovery
+from intel_device_plugins.deviceplugin.model import (
+    CdiDevice,
+    DeviceInfo,
+    DeviceNode,
+    DeviceTree,
+    Discovery,
+    Mount,
+)
 from intel_device_plugins.sysfs import prefixed
 
 NAMESPACE = "sgx.intel.com"

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.deviceplugin.cli import PluginArgumentParser
+from intel_device_plugins.deviceplugin.cli import GoFlagParser
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.sysfs import list_dir, prefixed, read_int
 
 log = logging.getLogger(__name__)
@@ -216,16 +217,14 @@ def patch_node_status(api: ApiServer, node: str, patch: list[dict[str, str]], ti
 # ----- command ---------------------------------------------------------------------------------
 
 
-def build_parser() -> PluginArgumentParser:
-    parser = PluginArgumentParser(
-        prog="sgx_epchook", description="Report or register the node's SGX EPC size"
-    )
+def build_parser() -> GoFlagParser:
+    parser = GoFlagParser(prog="sgx_epchook", description="Report or register the node's SGX EPC size")
     parser.add_bool_flag("register", help="write the EPC size as node capacity sgx.intel.com/epc")
     parser.add_bool_flag("affirm", help="fail when the node has no EPC")
     parser.add_bool_flag("node-label", help="label the node sgx.intel.com/capable=true when it has EPC")
     parser.add_bool_flag("daemon", help="stay running until SIGTERM or SIGINT (for a DaemonSet)")
     parser.add_flag("prefix", default="", help="path prefix for /sys and /dev (testing)")
-    parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, help="log verbosity")
+    add_verbosity_flag(parser)
     return parser
 
 
@@ -264,11 +263,7 @@ TERMINATION_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.verbosity)
     if args.daemon:
         # Blocked from the start, so a SIGTERM that arrives while registering is not lost.
         signal.pthread_sigmask(signal.SIG_BLOCK, TERMINATION_SIGNALS)

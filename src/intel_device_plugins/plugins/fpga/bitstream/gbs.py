@@ -9,6 +9,7 @@ constant memory; the raw part is read only when a port is programmed.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -123,14 +124,26 @@ def parse_gbs_head(path: str, head: bytes, total_size: int) -> Gbs:
 
 
 def _decode_json(path: str, text: bytes) -> Any:
+    """The first JSON value in ``text``; what follows it (padding, a second value) is ignored, as upstream's
+    streaming decoder does. The value itself must be UTF-8."""
+    decoded = text.decode("utf-8", errors="surrogateescape")  # bytes past the value may be anything
+    start = len(decoded) - len(decoded.lstrip(" \t\n\r"))
     try:
-        return json.loads(text.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise BitstreamError(path, f"unable to parse GBS metadata: not UTF-8 ({error.reason})") from None
+        value, end = json.JSONDecoder().raw_decode(decoded, start)
+        decoded[start:end].encode("utf-8")
+    except UnicodeEncodeError:
+        raise BitstreamError(path, "unable to parse GBS metadata: not UTF-8") from None
     except json.JSONDecodeError as error:
+        if _NOT_UTF8.search(decoded, error.pos, error.pos + 1):
+            raise BitstreamError(path, "unable to parse GBS metadata: not UTF-8") from None
         raise BitstreamError(path, f"unable to parse GBS metadata: {error}") from None
     except RecursionError:
         raise BitstreamError(path, "unable to parse GBS metadata: nested too deeply") from None
+    return value
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+"""What ``surrogateescape`` turns bytes that are not UTF-8 into."""
 
 
 class _Fields:

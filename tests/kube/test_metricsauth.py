@@ -11,9 +11,9 @@ from lightkube.models.authorization_v1 import SubjectAccessReviewStatus
 from lightkube.resources.authentication_v1 import TokenReview
 from lightkube.resources.authorization_v1 import SubjectAccessReview
 
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.metricsauth import CachedAuthorizer, api_authorizer, bearer_token
-from intel_device_plugins.operator.webhook_server import metrics_app, start
+from intel_device_plugins.kube.https import metrics_app, start
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.metricsauth import CachedAuthorizer, api_authorizer, bearer_token
 
 
 class FakeReviews:

@@ -5,7 +5,7 @@ the other re-reads. The CA bundle patch is idempotent, so every replica applies 
 CA private key (see ``certs``); one left there by an earlier version is removed by an immediate re-issue.
 
 Parsing, checking and issuing certificates need cryptography, which costs the process about 8 MiB of RSS for
-good; they run in a short-lived child process (``python -m intel_device_plugins.operator.certs``) instead, and
+good; they run in a short-lived child process (``python -m intel_device_plugins.kube.certs``) instead, and
 only when the Secret has changed or its renewal time has come.
 """
 
@@ -30,9 +30,9 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
-from intel_device_plugins.operator.apierrors import is_status
-from intel_device_plugins.operator.certdata import CertBundle, ca_bundle_patch
-from intel_device_plugins.operator.webhook_server import CERT_FILE, KEY_FILE
+from intel_device_plugins.kube.apierrors import is_status
+from intel_device_plugins.kube.certdata import CertBundle, ca_bundle_patch
+from intel_device_plugins.kube.https import CERT_FILE, KEY_FILE
 
 log = logging.getLogger(__name__)
 CHILD_TIMEOUT_S = 60.0
@@ -43,7 +43,7 @@ async def certificate_request(request: dict[str, Any]) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "intel_device_plugins.operator.certs",
+        "intel_device_plugins.kube.certs",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

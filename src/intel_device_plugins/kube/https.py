@@ -1,7 +1,7 @@
-"""HTTPS server for the CR webhooks, a health server and /metrics, on aiohttp.
+"""HTTPS server for admission webhooks, a health server and /metrics, on aiohttp.
 
 Every replica serves admission, leader or not, so the webhooks stay available during fail-over; that is why
-this server is separate from kopf (whose webhook server lives and dies with the operator it runs).
+this server runs on its own, apart from the controllers.
 The serving certificate is loaded into one SSLContext and reloaded in place when the files change, which is
 how both cert-manager rotations and the self-managed mode reach new TLS handshakes without a restart.
 
@@ -24,16 +24,16 @@ import json
 import logging
 import socket
 import ssl
+import time
 from asyncio import sslproto
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import web
 
-from intel_device_plugins.operator.admission import handle_review, routes
-from intel_device_plugins.operator.metrics import Metrics
-from intel_device_plugins.operator.metricsauth import Authorizer, bearer_token
+from intel_device_plugins.kube.metrics import Metrics
+from intel_device_plugins.kube.metricsauth import Authorizer, bearer_token
 
 TLS_CIPHERS: Final = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
 CERT_FILE: Final = "tls.crt"
@@ -147,15 +147,14 @@ ReviewHandler = Callable[[Any], Mapping[str, Any]]
 
 def webhook_app(
     metrics: Metrics,
-    extra: Mapping[str, ReviewHandler] | None = None,
+    routes: Mapping[str, ReviewHandler],
     max_body_bytes: int = 4 * 1024 * 1024,
 ) -> web.Application:
-    """Application with the 16 CR admission paths plus ``extra`` ones (the pod webhooks).
+    """Application answering an AdmissionReview on each path of ``routes`` with its handler.
 
     Bodies that are not JSON get 400, too large ones 413 — never an exception.
     """
     app = web.Application(client_max_size=max_body_bytes)
-    table = routes()
 
     async def answer(request: web.Request, handle: ReviewHandler) -> web.Response:
         try:
@@ -165,18 +164,12 @@ def webhook_app(
         metrics.admission_reviews += 1
         return web.json_response(handle(body))
 
-    async def review(request: web.Request) -> web.Response:
-        kind, operation = table[request.path]
-        return await answer(request, lambda body: handle_review(kind, operation, body))
+    for path, handler in routes.items():
 
-    for path in table:
-        app.router.add_post(path, review)
-    for path, handler in (extra or {}).items():
-
-        async def extra_review(request: web.Request, handler: ReviewHandler = handler) -> web.Response:
+        async def review(request: web.Request, handler: ReviewHandler = handler) -> web.Response:
             return await answer(request, handler)
 
-        app.router.add_post(path, extra_review)
+        app.router.add_post(path, review)
     return app
 
 
@@ -227,11 +220,11 @@ class ServerLimits:
     """What one client may hold of a server. The defaults suit the API server as the webhook client: it
     sends a whole request at once, waits at most 30 s for an answer, and reuses idle connections."""
 
-    max_connections: int = 256  # open connections, TLS handshakes in progress included; more are refused
+    max_connections: int = 256  # open connections, TLS handshakes in progress included; shared fairly (below)
     handshake_timeout_s: float = 10.0  # TCP accept → TLS handshake done
     header_timeout_s: float = 10.0  # connection or first byte of a request → end of its headers
     request_timeout_s: float = 30.0  # end of headers → answer written (body upload included)
-    idle_timeout_s: float = 60.0  # answer written → first byte of the next request
+    idle_timeout_s: float = 30.0  # answer written → first byte of the next request
     max_body_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
@@ -240,30 +233,139 @@ class ServerLimits:
                 raise ValueError(f"ServerLimits.{field.name} must be positive")
 
 
-class ConnectionSlots:
-    """Counts open connections against the cap; when the last one closes, returns freed heap to the OS.
+def peer_source(peername: Any) -> str:
+    """The address a connection comes from, the unit of fair sharing; IPv4-mapped IPv6 counts as IPv4."""
+    if isinstance(peername, tuple) and peername:
+        host = str(peername[0])
+        return host.removeprefix("::ffff:") if host.startswith("::ffff:") and "." in host else host
+    return "?"  # Unix sockets and the like: one source
 
-    CPython and OpenSSL free a connection's buffers into the C allocator, which keeps the pages; without
-    ``malloc_trim`` a burst of 800 idle connections would leave the process at its peak size for good.
+
+class Slot:
+    """One admitted connection: where it comes from, since when it waits for a request (None while one is
+    under way), and how to drop it."""
+
+    __slots__ = ("abort", "idle_since", "released", "source")
+
+    def __init__(self, source: str, abort: Callable[[], None], now: float) -> None:
+        self.source = source
+        self.abort = abort
+        self.idle_since: float | None = now
+        self.released = False
+
+    def busy(self) -> None:
+        self.idle_since = None
+
+    def idle(self) -> None:
+        if self.idle_since is None:
+            self.idle_since = time.monotonic()
+
+
+def choose_victim(holdings: Mapping[str, Sequence[Slot]], newcomer: str) -> Slot | None:
+    """Which connection makes room for a new one from ``newcomer`` on a full server, or None to refuse it.
+
+    Max-min fairness: room is taken from the source holding the most connections, and only if it holds more
+    than the newcomer; failing that, the newcomer gives up one of its own. From the chosen source, its
+    connection idle the longest goes first (waiting for a request: idle keep-alive, never sent one, TLS
+    handshake under way); only when it has none, its oldest busy one. The newcomer never sheds its own busy
+    connections: it is refused instead. So a peer holding every slot loses one to each newcomer, and no
+    peer can hold more than an equal share against others who want one.
+    """
+    mine = len(holdings.get(newcomer, ()))
+    largest = max(holdings, key=lambda source: len(holdings[source]), default=None)
+    if largest is not None and len(holdings[largest]) > mine:
+        slots = holdings[largest]
+        return _longest_idle(slots) or slots[0]
+    return _longest_idle(holdings.get(newcomer, ()))
+
+
+def _longest_idle(slots: Sequence[Slot]) -> Slot | None:
+    idle = [slot for slot in slots if slot.idle_since is not None]
+    return min(idle, key=lambda slot: slot.idle_since or 0.0, default=None)
+
+
+class DropLog:
+    """Counts connections the server dropped or lost, by reason, and logs the counts at debug level at most
+    once per ``interval_s``: under a flood, one line per connection would be the attack's amplifier. Counts
+    not yet logged go out with the next drop after the interval."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval_s = interval_s
+        self._clock = clock
+        self._since: float | None = None
+        self._counts: dict[str, int] = {}
+        self.total = 0
+
+    def note(self, reason: str) -> None:
+        self.total += 1
+        self._counts[reason] = self._counts.get(reason, 0) + 1
+        now = self._clock()
+        if self._since is not None and now - self._since < self._interval_s:
+            return
+        summary = ", ".join(f"{count} {why}" for why, count in sorted(self._counts.items()))
+        log.debug("connections dropped since the last report: %s", summary)
+        self._counts = {}
+        self._since = now
+
+
+class ConnectionSlots:
+    """Open connections of one port, by source, under the cap; sheds by ``choose_victim`` when full.
+
+    When the last connection closes, or the count falls to a sixteenth of the cap after a burst of at least
+    a quarter of it, freed heap goes back to the OS: CPython and OpenSSL free a connection's buffers into the
+    C allocator, which keeps the pages; without ``malloc_trim`` a burst of 800 idle connections would leave
+    the process at its peak size for good. The second rule matters under a siege that ends while the API
+    server still holds a connection or two.
     """
 
     def __init__(self, limit: int, trim: Callable[[], None] | None = None) -> None:
         self.limit = limit
         self.active = 0
         self.refused = 0
+        self.shed = 0
+        self.drops = DropLog()
+        self._holdings: dict[str, list[Slot]] = {}
         self._trim = trim if trim is not None else _malloc_trim()
+        self._after_burst = False
 
-    def acquire(self) -> bool:
+    def admit(self, source: str, abort: Callable[[], None]) -> Slot | None:
+        """A slot for a new connection from ``source``, dropping another one if the port is full."""
         if self.active >= self.limit:
-            self.refused += 1
-            return False
+            victim = choose_victim(self._holdings, source)
+            if victim is None:
+                self.refused += 1
+                self.drops.note("refused (port full)")
+                return None
+            self.shed += 1
+            self.drops.note("shed to make room")
+            self._forget(victim)
+            victim.abort()
+        slot = Slot(source, abort, time.monotonic())
+        self._holdings.setdefault(source, []).append(slot)
         self.active += 1
-        return True
+        self._after_burst = self._after_burst or self.active * 4 >= self.limit
+        return slot
 
-    def release(self) -> None:
-        self.active -= 1
-        if self.active == 0:
+    def release(self, slot: Slot) -> None:
+        if not self._forget(slot):
+            return
+        if self.active == 0 or (self._after_burst and self.active * 16 <= self.limit):
+            self._after_burst = False
             self._trim()
+
+    def held_by(self, source: str) -> int:
+        return len(self._holdings.get(source, ()))
+
+    def _forget(self, slot: Slot) -> bool:
+        if slot.released:
+            return False
+        slot.released = True
+        held = self._holdings[slot.source]
+        held.remove(slot)
+        if not held:
+            del self._holdings[slot.source]
+        self.active -= 1
+        return True
 
 
 def _malloc_trim() -> Callable[[], None]:
@@ -315,33 +417,39 @@ class GuardedProtocol(asyncio.Protocol):
     headers), REQUEST (until the first byte of the answer is written: body upload and handling), IDLE (until
     the next request starts). Each phase has one timer; when it fires the connection is aborted. A client
     trickling one header line every few seconds therefore never gets past ``header_timeout_s``.
-    With ``slots``, this layer also enforces the connection cap (plain HTTP; under TLS the TLS layer does).
+    It also tells the connection's ``Slot`` whether a request is under way. With ``slots``, this layer takes
+    the slot itself (plain HTTP); under TLS the TLS layer takes it and hands it over with ``attach``.
     """
 
     def __init__(
         self,
         inner: Callable[[], asyncio.BaseProtocol],
         limits: ServerLimits,
+        drops: DropLog,
         slots: ConnectionSlots | None = None,
     ) -> None:
         self._make_inner = inner
         self._limits = limits
+        self._drops = drops
         self._slots = slots
         self._inner: Any = None
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._phase = _Phase.HEADERS
         self._tail = b""
-        self._counted = False
+        self._slot: Slot | None = None
+
+    def attach(self, slot: Slot) -> None:
+        self._slot = slot
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         if self._slots is not None:
-            if not self._slots.acquire():
-                log.debug("connection refused: %d connections open", self._slots.active)
+            slot = self._slots.admit(peer_source(transport.get_extra_info("peername")), transport.abort)
+            if slot is None:
                 transport.abort()
                 return
-            self._counted = True
+            self._slot = slot
         self._transport = transport
         self._inner = self._make_inner()
         self._inner.connection_made(_WriteTap(transport, self._answered))
@@ -354,17 +462,21 @@ class GuardedProtocol(asyncio.Protocol):
         self._timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, phase)
 
     def _expire(self, phase: _Phase) -> None:
-        log.debug("closing a connection that exceeded its %s deadline", phase.value)
+        self._drops.note(f"past the {phase.value} deadline")
         if self._transport is not None:
             self._transport.abort()
 
     def _answered(self) -> None:
         if self._phase is not _Phase.IDLE:
             self._enter(_Phase.IDLE, self._limits.idle_timeout_s)
+            if self._slot is not None:
+                self._slot.idle()
 
     def data_received(self, data: bytes) -> None:
         if self._inner is None:
             return
+        if self._slot is not None:
+            self._slot.busy()
         if self._phase is _Phase.IDLE:
             self._tail = b""
             self._enter(_Phase.HEADERS, self._limits.header_timeout_s)
@@ -395,9 +507,8 @@ class GuardedProtocol(asyncio.Protocol):
             self._inner.connection_lost(exc)
             self._inner = None
         self._transport = None
-        if self._counted and self._slots is not None:
-            self._counted = False
-            self._slots.release()
+        if self._slots is not None and self._slot is not None:
+            self._slots.release(self._slot)
 
 
 class _LeanTLSProtocol(sslproto.SSLProtocol):
@@ -408,7 +519,7 @@ class _LeanTLSProtocol(sslproto.SSLProtocol):
 
     def __init__(
         self,
-        app_protocol: asyncio.BaseProtocol,
+        app_protocol: GuardedProtocol,
         context: ssl.SSLContext,
         limits: ServerLimits,
         slots: ConnectionSlots,
@@ -421,26 +532,28 @@ class _LeanTLSProtocol(sslproto.SSLProtocol):
             server_side=True,
             ssl_handshake_timeout=limits.handshake_timeout_s,  # type: ignore[arg-type]  # stub says int
         )
+        self._guarded = app_protocol
         self._slots = slots
-        self._counted = False
+        self._slot: Slot | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._slots.acquire():
-            log.debug("TLS connection refused: %d connections open", self._slots.active)
-            assert isinstance(transport, asyncio.Transport)
+        assert isinstance(transport, asyncio.Transport)
+        slot = self._slots.admit(peer_source(transport.get_extra_info("peername")), transport.abort)
+        if slot is None:
             transport.abort()
             return
-        self._counted = True
+        self._slot = slot
+        self._guarded.attach(slot)
         super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if not self._counted:
+        slot, self._slot = self._slot, None
+        if slot is None:
             return
-        self._counted = False
         try:
             super().connection_lost(exc)
         finally:
-            self._slots.release()
+            self._slots.release(slot)
 
 
 class RunningServer:
@@ -469,6 +582,20 @@ async def start(
 ) -> RunningServer:
     """Serve ``app`` on host:port (TLS when ``context`` is given) under ``limits``; caller cleans up."""
     limits = limits or ServerLimits()
+    slots = ConnectionSlots(limits.max_connections)
+
+    @web.middleware
+    async def quiet_disconnect(request: web.Request, handler: Any) -> web.StreamResponse:
+        """A connection lost while its body is read (the peer went, or a deadline dropped it) is the peer's
+        doing: counted in the drop log, not logged as a server error with a traceback per connection."""
+        try:
+            response: web.StreamResponse = await handler(request)
+        except ConnectionResetError:
+            slots.drops.note("lost during a request")
+            return web.Response(status=400, text="connection lost")  # nobody reads it; aiohttp drops it
+        return response
+
+    app.middlewares.append(quiet_disconnect)
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -481,12 +608,13 @@ async def start(
     await runner.setup()
     handler_factory = runner.server
     assert handler_factory is not None
-    slots = ConnectionSlots(limits.max_connections)
     factory: Callable[[], asyncio.BaseProtocol]
     if context is None:
-        factory = lambda: GuardedProtocol(handler_factory, limits, slots)  # noqa: E731
+        factory = lambda: GuardedProtocol(handler_factory, limits, slots.drops, slots)  # noqa: E731
     else:
-        factory = lambda: _LeanTLSProtocol(GuardedProtocol(handler_factory, limits), context, limits, slots)  # noqa: E731
+        factory = lambda: _LeanTLSProtocol(  # noqa: E731
+            GuardedProtocol(handler_factory, limits, slots.drops), context, limits, slots
+        )
     loop = asyncio.get_running_loop()
     try:
         server = await loop.create_server(

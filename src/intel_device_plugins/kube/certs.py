@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from ipaddress import ip_address
 from typing import Any, Final
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from intel_device_plugins.operator.certdata import (
+from intel_device_plugins.kube import x509 as x509_issuer
+from intel_device_plugins.kube.certdata import (
     LEGACY_CA_KEY,
     CertBundle,
     ca_bundle_patch,
@@ -50,18 +49,6 @@ SERVING_VALIDITY: Final = dt.timedelta(days=365)
 WEBHOOK_CA_VALIDITY: Final = SERVING_VALIDITY
 #: Renew when less than this fraction of the lifetime is left.
 RENEW_FRACTION: Final = 1 / 3
-#: Backdating absorbs clock skew between the operator and the API server.
-BACKDATE: Final = dt.timedelta(minutes=5)
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
 
 
 def new_ca(
@@ -70,34 +57,7 @@ def new_ca(
     validity: dt.timedelta = CA_VALIDITY,
 ) -> tuple[bytes, bytes]:
     """Fresh self-signed CA (cert PEM, key PEM)."""
-    key = _key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + validity)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+    return x509_issuer.new_ca(now, common_name, validity)
 
 
 def common_name(dns_names: Sequence[str]) -> str:
@@ -118,27 +78,17 @@ def new_serving(
     ip_addresses: Sequence[str] = (),
 ) -> tuple[bytes, bytes]:
     """Serving certificate for ``dns_names`` (and ``ip_addresses``) signed by the CA (cert PEM, key PEM)."""
-    ca = x509.load_pem_x509_certificate(ca_cert)
-    signer = serialization.load_pem_private_key(ca_key, password=None)
-    if not isinstance(signer, ec.EllipticCurvePrivateKey):
-        raise ValueError("CA key is not an EC key")
-    key = _key()
-    dns_sans = [x509.DNSName(name) for name in dns_names]
-    ip_sans = [x509.IPAddress(ip_address(address)) for address in ip_addresses]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name(dns_names))]))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + SERVING_VALIDITY)
-        .add_extension(x509.SubjectAlternativeName([*dns_sans, *ip_sans]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(signer, hashes.SHA256())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name(dns_names))])
+    return x509_issuer.new_leaf(
+        ca_cert,
+        ca_key,
+        subject,
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        now,
+        SERVING_VALIDITY,
+        dns_names=dns_names,
+        ip_addresses=ip_addresses,
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
 def _due(cert: x509.Certificate, now: dt.datetime) -> bool:

@@ -11,7 +11,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import Status
 from lightkube.resources.coordination_v1 import Lease
 
-from intel_device_plugins.operator.leader import Action, ElectionConfig, LeaderElector, LeaseRecord, decide
+from intel_device_plugins.kube.leader import Action, ElectionConfig, LeaderElector, LeaseRecord, decide
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import types
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 
-from intel_device_plugins.operator.apierrors import is_status, status_code
+from intel_device_plugins.kube.apierrors import is_status, status_code
 
 
 def test_status_code_sources() -> None:

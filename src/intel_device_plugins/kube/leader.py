@@ -1,6 +1,6 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, so only one replica reconciles.
 
-kopf has no Lease-based election (its peering needs extra CRDs), so this module provides one. The decision
+Every controller of this project elects its leader here, without extra CRDs. The decision
 is a pure function; expiry is judged by the local monotonic clock from the moment the record was last seen
 to change, which makes it immune to clock skew between replicas. Defaults give failover within 12 s of a
 crashed leader (10 s lease + 2 s retry) and immediate hand-over when a leader shuts down cleanly.
@@ -23,7 +23,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from intel_device_plugins.operator.apierrors import is_status
+from intel_device_plugins.kube.apierrors import is_status
 
 LEASE_NAME: Final = "d1c7b6d5.intel.com"
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Final, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -66,3 +66,35 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._waiting)
+
+
+async def run_worker(
+    queue: WorkQueue[K],
+    reconcile: Callable[[K], Awaitable[float | None]],
+    on_error: Callable[[K, Exception], None],
+    look_again: Callable[[K, float | None], None] | None = None,
+) -> None:
+    """The one worker loop: take a key, reconcile it, hand it back; forever, until cancelled.
+
+    ``reconcile`` returns when to look at the key again (None: only on the next change); after a success
+    that goes to ``look_again``, or the key is simply queued again then. A failure goes to ``on_error`` and
+    the key is retried with back-off, so an API server that is away never ends the loop.
+    """
+    while True:
+        key = await queue.get()
+        failed, again = False, None
+        try:
+            again = await reconcile(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failed = True
+            on_error(key, exc)
+        finally:
+            queue.done(key, failed=failed)
+        if failed:
+            continue
+        if look_again is not None:
+            look_again(key, again)
+        elif again is not None:
+            queue.add_after(key, again)
