@@ -14,6 +14,7 @@ from k8stest.binaries import Binaries
 from k8stest.controlplane import ControlPlane, start_control_plane
 from k8stest.devicemanager import DeviceManagerHarness
 from k8stest.fakeplugin import FakeDevicePlugin, devices
+from k8stest.gomod import required_version
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.kwok import wait_daemonset_ready
 from k8stest.process import group_alive, port_is_listening
@@ -25,10 +26,7 @@ GPU = "gpu.intel.com/i915"
 
 def _go_mod_k8s_version() -> str:
     go_mod = Path(__file__).resolve().parents[2] / "test" / "k8s" / "go.mod"
-    for line in go_mod.read_text().splitlines():
-        if line.startswith("require k8s.io/kubernetes "):
-            return line.split()[2]
-    raise AssertionError("go.mod does not pin k8s.io/kubernetes")
+    return required_version(go_mod.read_text(), "k8s.io/kubernetes")
 
 
 def test_apiserver_reports_the_pinned_version(k8s_admin: KubeClient) -> None:

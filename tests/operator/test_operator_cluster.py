@@ -1,4 +1,4 @@
-"""The operator on the real control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok nodes).
+"""The operator on the real control plane (kube-apiserver 1.37.2, KCM, scheduler, kwok nodes).
 
 Set-up, once for the module, on the session's control plane: see
 ``k8stest.operatorinstall``. In short, ``kubectl apply -k deploy/operator/self-signed``;

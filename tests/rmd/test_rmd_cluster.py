@@ -1,4 +1,4 @@
-"""The RMD operator on the real control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok nodes).
+"""The RMD operator on the real control plane (kube-apiserver 1.37.2, KCM, scheduler, kwok nodes).
 
 Set-up, once for the module, as docs/rmd.md tells users to install: ``kubectl apply -k deploy/rmd/default``
 (CRDs, namespace, RBAC, Deployment, RMD's configuration), the Secrets ``intel-rmd-certs`` prints, kwok nodes

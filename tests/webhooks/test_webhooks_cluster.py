@@ -1,4 +1,4 @@
-"""The pod webhooks through the real API server (kube-apiserver 1.36.3 of the integration tier).
+"""The pod webhooks through the real API server (kube-apiserver 1.37.2 of the integration tier).
 
 The operator is installed from ``deploy/operator/self-signed`` and runs locally with all kinds enabled (see
 ``k8stest.operatorinstall``), so the API server calls its ``/pods`` and ``/mutate--v1-pod`` over TLS with the

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Re-pin the test-infrastructure module to one Kubernetes release.
+# Re-pin the test-infrastructure modules to one Kubernetes release: test/k8s (control plane and
+# device-manager harness) and test/node (the real node's kubelet).
 #
 # Why a script: k8s.io/kubernetes requires its staging modules at the fake version v0.0.0 and
 # replaces them with ./staging paths. Replaces in a dependency are ignored, so this module must
@@ -35,4 +36,19 @@ done
 etcd_version="$(sed -n 's#^\tgo.etcd.io/etcd/server/v3 \(v[^ ]*\).*$#\1#p' "$gomod")"
 go get -tool "go.etcd.io/etcd/server/v3@${etcd_version}"
 go mod tidy
+
+# The node's module is this one with the kubelet as its only tool: starting from the same go.mod
+# pins every module both share at the same version, which keeps the kubelet the control plane's
+# release and lets Go's build cache compile each shared package once (docs/node.md).
+cp go.mod go.sum ../node/
+(
+    cd ../node
+    go mod edit -module=intel-device-plugins/test/node
+    for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+        go mod edit -droptool="k8s.io/kubernetes/cmd/${tool}"
+    done
+    go mod edit -droptool=go.etcd.io/etcd/server/v3
+    go get -tool "k8s.io/kubernetes/cmd/kubelet@${K8S_VERSION}"
+    go mod tidy
+)
 echo "pinned k8s.io/kubernetes ${K8S_VERSION} (staging ${STAGING_VERSION}, etcd ${etcd_version}, go ${go_line})"

@@ -82,7 +82,7 @@ func newAPI(h *harness, pub *publisher) http.Handler {
 			writeError(w, http.StatusConflict, "harness runs without -kubeconfig")
 			return
 		}
-		capacity, allocatable, removed := h.manager.GetCapacity()
+		capacity, allocatable, removed := h.manager.GetCapacity(h.logger)
 		if err := pub.publish(r.Context(), capacity, allocatable, removed); err != nil {
 			writeError(w, http.StatusBadGateway, err.Error())
 			return

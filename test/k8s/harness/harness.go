@@ -18,11 +18,15 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 )
 
 // harness owns the real device manager plus the bits of kubelet state it needs: the active pods.
 type harness struct {
 	manager *devicemanager.ManagerImpl
+	// logger is handed to every manager call: since 1.37 the device manager logs through the
+	// caller's logger instead of klog's global one.
+	logger klog.Logger
 
 	mu   sync.Mutex
 	pods map[types.UID]*v1.Pod // admitted and not yet removed, in admission order below
@@ -37,11 +41,11 @@ func (allSourcesReady) AddSource(string) {}
 func (allSourcesReady) AllReady() bool   { return true }
 
 func newHarness(logger klog.Logger) (*harness, error) {
-	m, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+	m, err := devicemanager.NewManagerImpl(logger, nil, topologymanager.NewFakeManager(logger))
 	if err != nil {
 		return nil, fmt.Errorf("creating device manager: %w", err)
 	}
-	h := &harness{manager: m, pods: map[types.UID]*v1.Pod{}}
+	h := &harness{manager: m, logger: logger, pods: map[types.UID]*v1.Pod{}}
 	// Start removes every socket in the device-plugin directory and serves kubelet.sock, exactly
 	// as a kubelet (re)start does: that is what makes plugins re-register.
 	if err := m.Start(logger, h.activePods, allSourcesReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
@@ -79,17 +83,20 @@ func (h *harness) admit(ctx context.Context, pod *v1.Pod) (map[string]*deviceman
 	h.ord = append(h.ord, pod.UID)
 	h.mu.Unlock()
 
+	// The kubelet admits a new pod with the add operation; any other operation (a resize) is a
+	// no-op in the device manager, so it is never what admission means here.
+	ctx = klog.NewContext(ctx, h.logger)
 	fail := func(err error) (map[string]*devicemanager.DeviceRunContainerOptions, error) {
 		h.remove(pod.UID)
 		return nil, err
 	}
 	for i := range pod.Spec.InitContainers {
-		if err := h.manager.Allocate(pod, &pod.Spec.InitContainers[i]); err != nil {
+		if err := h.manager.Allocate(ctx, pod, &pod.Spec.InitContainers[i], lifecycle.AddOperation); err != nil {
 			return fail(err)
 		}
 	}
 	for i := range pod.Spec.Containers {
-		if err := h.manager.Allocate(pod, &pod.Spec.Containers[i]); err != nil {
+		if err := h.manager.Allocate(ctx, pod, &pod.Spec.Containers[i], lifecycle.AddOperation); err != nil {
 			return fail(err)
 		}
 	}
@@ -117,7 +124,7 @@ func (h *harness) remove(uid types.UID) bool {
 		}
 	}
 	h.mu.Unlock()
-	h.manager.UpdateAllocatedDevices()
+	h.manager.UpdateAllocatedDevices(h.logger)
 	return ok
 }
 
@@ -139,13 +146,13 @@ type resourceState struct {
 // bookkeeping. The kubelet exposes unhealthy device IDs nowhere public, so they are read from the
 // manager's unexported field under its own mutex; a Kubernetes bump that renames it fails loudly.
 func (h *harness) state() (map[string]*resourceState, []string, error) {
-	capacity, allocatable, removed := h.manager.GetCapacity()
+	capacity, allocatable, removed := h.manager.GetCapacity(h.logger)
 	out := map[string]*resourceState{}
 	for name, q := range capacity {
 		a := allocatable[name]
 		out[string(name)] = &resourceState{Capacity: q.Value(), Allocatable: a.Value(), Devices: []deviceState{}}
 	}
-	for res, devs := range h.manager.GetAllocatableDevices() {
+	for res, devs := range h.manager.GetAllocatableDevices(h.logger) {
 		rs, ok := out[res]
 		if !ok {
 			continue
@@ -233,12 +240,14 @@ func (p podsProvider) GetPodByName(namespace, name string) (*v1.Pod, bool) {
 
 type devicesProvider struct{ m *devicemanager.ManagerImpl }
 
-func (d devicesProvider) UpdateAllocatedDevices() { d.m.UpdateAllocatedDevices() }
+func (d devicesProvider) UpdateAllocatedDevices(logger klog.Logger) {
+	d.m.UpdateAllocatedDevices(logger)
+}
 func (d devicesProvider) GetDevices(podUID, containerName string) []*podresourcesapi.ContainerDevices {
 	return toContainerDevices(d.m.GetDevices(podUID, containerName))
 }
-func (d devicesProvider) GetAllocatableDevices() []*podresourcesapi.ContainerDevices {
-	return toContainerDevices(d.m.GetAllocatableDevices())
+func (d devicesProvider) GetAllocatableDevices(logger klog.Logger) []*podresourcesapi.ContainerDevices {
+	return toContainerDevices(d.m.GetAllocatableDevices(logger))
 }
 
 // toContainerDevices mirrors the kubelet's (unexported) conversion: one entry per device and NUMA
@@ -266,16 +275,22 @@ func toContainerDevices(devs devicemanager.ResourceDeviceInstances) []*podresour
 
 type noCPUs struct{}
 
-func (noCPUs) GetCPUs(string, string) []int64 { return nil }
-func (noCPUs) GetAllocatableCPUs() []int64    { return nil }
+func (noCPUs) GetCPUs(*v1.Pod, *v1.Container) []int64 { return nil }
+func (noCPUs) GetPodCPUs(string) []int64              { return nil }
+func (noCPUs) GetAllocatableCPUs() []int64            { return nil }
 
 type noMemory struct{}
 
-func (noMemory) GetMemory(string, string) []*podresourcesapi.ContainerMemory { return nil }
-func (noMemory) GetAllocatableMemory() []*podresourcesapi.ContainerMemory    { return nil }
+func (noMemory) GetMemory(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesapi.ContainerMemory {
+	return nil
+}
+func (noMemory) GetPodMemory(klog.Logger, string) []*podresourcesapi.ContainerMemory { return nil }
+func (noMemory) GetAllocatableMemory(klog.Logger) []*podresourcesapi.ContainerMemory {
+	return nil
+}
 
 type noDRA struct{}
 
-func (noDRA) GetDynamicResources(*v1.Pod, *v1.Container) []*podresourcesapi.DynamicResource {
+func (noDRA) GetDynamicResources(klog.Logger, *v1.Pod, *v1.Container) []*podresourcesapi.DynamicResource {
 	return nil
 }

@@ -128,7 +128,7 @@ func run(o options) error {
 		case <-ticker.C:
 			// Like the kubelet's node-status loop: reading the capacity is also what lets the
 			// manager forget resources whose plugin has been gone longer than the grace period.
-			capacity, allocatable, removed := h.manager.GetCapacity()
+			capacity, allocatable, removed := h.manager.GetCapacity(logger)
 			if pub != nil {
 				if err := pub.publish(ctx, capacity, allocatable, removed); err != nil {
 					logger.Error(err, "publishing node capacity")
