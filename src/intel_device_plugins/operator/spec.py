@@ -32,7 +32,7 @@ STR: Final[JSONSchema] = {"type": "string"}
 NONNEG_INT: Final[JSONSchema] = {"type": "integer", "minimum": 0}
 POS_INT: Final[JSONSchema] = {"type": "integer", "minimum": 1}
 # The plugins' -shared-dev-num maximum: the device list must stay well within the kubelet's message limit.
-SHARED_DEV_NUM: Final[JSONSchema] = {"type": "integer", "minimum": 1, "maximum": MAX_SHARED_DEV_NUM}
+SHARED_DEV_NUM_SCHEMA: Final[JSONSchema] = {"type": "integer", "minimum": 1, "maximum": MAX_SHARED_DEV_NUM}
 BOOL: Final[JSONSchema] = {"type": "boolean"}
 
 TOLERATION_SCHEMA: Final[JSONSchema] = {

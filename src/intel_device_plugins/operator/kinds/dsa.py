@@ -21,7 +21,8 @@ from intel_device_plugins.operator.profile import (
     count_arg,
     provisioning_needs_init_image,
 )
-from intel_device_plugins.operator.spec import SHARED_DEV_NUM, STR, InitImageSpec, spec_field
+from intel_device_plugins.operator.spec import SHARED_DEV_NUM_SCHEMA, STR, InitImageSpec, spec_field
+from intel_device_plugins.plugins.flagnames import DSA_DRIVER, SHARED_DEV_NUM, flag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,7 @@ class DsaSpec(InitImageSpec):
         "idxd",
     )
     shared_dev_num: int = spec_field(
-        "sharedDevNum", SHARED_DEV_NUM, "Number of containers that may share one shared work queue.", 0
+        "sharedDevNum", SHARED_DEV_NUM_SCHEMA, "Number of containers that may share one shared work queue.", 0
     )
 
 
@@ -60,7 +61,7 @@ def _driver(spec: DsaSpec) -> str:
 
 
 def plugin_args(spec: DsaSpec) -> list[str]:
-    return ["-driver", _driver(spec), "-shared-dev-num", count_arg(spec.shared_dev_num, 1)]
+    return [flag(DSA_DRIVER), _driver(spec), flag(SHARED_DEV_NUM), count_arg(spec.shared_dev_num, 1)]
 
 
 def init_parts(spec: DsaSpec) -> InitParts:

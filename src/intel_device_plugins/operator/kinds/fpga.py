@@ -19,6 +19,7 @@ from intel_device_plugins.operator.pod import (
 )
 from intel_device_plugins.operator.profile import Findings, InitParts, KindProfile
 from intel_device_plugins.operator.spec import InitImageSpec, spec_field
+from intel_device_plugins.plugins.flagnames import FPGA_MODE, flag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,7 @@ TEMPLATE: Final = KindTemplate(
 
 
 def plugin_args(spec: FpgaSpec) -> list[str]:
-    return ["-mode", spec.mode or "af"]
+    return [flag(FPGA_MODE), spec.mode or "af"]
 
 
 def init_parts(spec: FpgaSpec) -> InitParts:

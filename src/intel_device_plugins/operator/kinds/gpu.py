@@ -22,11 +22,21 @@ from intel_device_plugins.operator.pod import (
 from intel_device_plugins.operator.profile import Findings, InitParts, KindProfile, count_arg
 from intel_device_plugins.operator.spec import (
     BOOL,
-    SHARED_DEV_NUM,
+    SHARED_DEV_NUM_SCHEMA,
     STR,
     FieldError,
     InitImageSpec,
     spec_field,
+)
+from intel_device_plugins.plugins.flagnames import (
+    ALLOCATION_POLICY,
+    GPU_ALLOW_IDS,
+    GPU_BYPATH,
+    GPU_DENY_IDS,
+    GPU_ENABLE_MONITORING,
+    GPU_MONITORING_MODE,
+    SHARED_DEV_NUM,
+    flag,
 )
 
 
@@ -59,7 +69,7 @@ class GpuSpec(InitImageSpec):
         "",
     )
     shared_dev_num: int = spec_field(
-        "sharedDevNum", SHARED_DEV_NUM, "Number of containers that may share one GPU.", 0
+        "sharedDevNum", SHARED_DEV_NUM_SCHEMA, "Number of containers that may share one GPU.", 0
     )
     enable_monitoring: bool = spec_field(
         "enableMonitoring", BOOL, "Expose the monitoring resource that grants access to all GPUs.", False
@@ -89,21 +99,21 @@ TEMPLATE: Final = KindTemplate(
 def plugin_args(spec: GpuSpec) -> list[str]:
     args: list[str] = []
     if spec.enable_monitoring:
-        args.append("-enable-monitoring")
+        args.append(flag(GPU_ENABLE_MONITORING))
         if spec.monitoring_mode:
-            args.append(f"-monitoring-mode={spec.monitoring_mode}")
+            args.append(f"{flag(GPU_MONITORING_MODE)}={spec.monitoring_mode}")
     args += [
-        "-shared-dev-num",
+        flag(SHARED_DEV_NUM),
         count_arg(spec.shared_dev_num, 1),
-        "-allocation-policy",
+        flag(ALLOCATION_POLICY),
         spec.preferred_allocation_policy or "none",
     ]
     if spec.allow_ids:
-        args += ["-allow-ids", spec.allow_ids]
+        args += [flag(GPU_ALLOW_IDS), spec.allow_ids]
     if spec.deny_ids:
-        args += ["-deny-ids", spec.deny_ids]
+        args += [flag(GPU_DENY_IDS), spec.deny_ids]
     if spec.bypath_mode:
-        args += ["-bypath", spec.bypath_mode]
+        args += [flag(GPU_BYPATH), spec.bypath_mode]
     return args
 
 

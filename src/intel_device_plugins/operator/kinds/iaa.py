@@ -22,7 +22,8 @@ from intel_device_plugins.operator.profile import (
     count_arg,
     provisioning_needs_init_image,
 )
-from intel_device_plugins.operator.spec import SHARED_DEV_NUM, STR, InitImageSpec, spec_field
+from intel_device_plugins.operator.spec import SHARED_DEV_NUM_SCHEMA, STR, InitImageSpec, spec_field
+from intel_device_plugins.plugins.flagnames import SHARED_DEV_NUM, flag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +34,7 @@ class IaaSpec(InitImageSpec):
         "provisioningConfig", STR, "Name of a ConfigMap with the idxd provisioning configuration.", ""
     )
     shared_dev_num: int = spec_field(
-        "sharedDevNum", SHARED_DEV_NUM, "Number of containers that may share one shared work queue.", 0
+        "sharedDevNum", SHARED_DEV_NUM_SCHEMA, "Number of containers that may share one shared work queue.", 0
     )
 
 
@@ -51,7 +52,7 @@ TEMPLATE: Final = KindTemplate(
 
 
 def plugin_args(spec: IaaSpec) -> list[str]:
-    return ["-shared-dev-num", count_arg(spec.shared_dev_num, 1)]
+    return [flag(SHARED_DEV_NUM), count_arg(spec.shared_dev_num, 1)]
 
 
 def init_parts(spec: IaaSpec) -> InitParts:

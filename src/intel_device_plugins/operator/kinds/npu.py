@@ -14,7 +14,8 @@ from intel_device_plugins.operator.pod import (
     KindTemplate,
 )
 from intel_device_plugins.operator.profile import KindProfile, count_arg
-from intel_device_plugins.operator.spec import SHARED_DEV_NUM, CommonSpec, spec_field
+from intel_device_plugins.operator.spec import SHARED_DEV_NUM_SCHEMA, CommonSpec, spec_field
+from intel_device_plugins.plugins.flagnames import SHARED_DEV_NUM, flag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +24,7 @@ class NpuSpec(CommonSpec):
     HAS_INIT_IMAGE: ClassVar[bool] = False
 
     shared_dev_num: int = spec_field(
-        "sharedDevNum", SHARED_DEV_NUM, "Number of containers that may share one NPU.", 0
+        "sharedDevNum", SHARED_DEV_NUM_SCHEMA, "Number of containers that may share one NPU.", 0
     )
 
 
@@ -40,7 +41,7 @@ TEMPLATE: Final = KindTemplate(
 
 
 def plugin_args(spec: NpuSpec) -> list[str]:
-    return ["-shared-dev-num", count_arg(spec.shared_dev_num, 1)]
+    return [flag(SHARED_DEV_NUM), count_arg(spec.shared_dev_num, 1)]
 
 
 PROFILE: Final = KindProfile(NpuSpec, TEMPLATE, plugin_args)

@@ -28,6 +28,13 @@ from intel_device_plugins.operator.profile import (
     provisioning_needs_init_image,
 )
 from intel_device_plugins.operator.spec import POS_INT, STR, FieldError, InitImageSpec, spec_field
+from intel_device_plugins.plugins.flagnames import (
+    ALLOCATION_POLICY,
+    QAT_DPDK_DRIVER,
+    QAT_KERNEL_VF_DRIVERS,
+    QAT_MAX_NUM_DEVICES,
+    flag,
+)
 
 QAT_VF_DRIVERS: Final = (
     "dh895xccvf",
@@ -97,15 +104,15 @@ TEMPLATE: Final = KindTemplate(
 
 def plugin_args(spec: QatSpec) -> list[str]:
     args = [
-        "-dpdk-driver",
+        flag(QAT_DPDK_DRIVER),
         spec.dpdk_driver or "vfio-pci",
-        "-kernel-vf-drivers",
+        flag(QAT_KERNEL_VF_DRIVERS),
         ",".join(spec.kernel_vf_drivers or QAT_DEFAULT_VF_DRIVERS),
-        "-max-num-devices",
+        flag(QAT_MAX_NUM_DEVICES),
         count_arg(spec.max_num_devices, 32),
     ]
     if spec.preferred_allocation_policy:
-        args += ["-allocation-policy", spec.preferred_allocation_policy]
+        args += [flag(ALLOCATION_POLICY), spec.preferred_allocation_policy]
     return args
 
 

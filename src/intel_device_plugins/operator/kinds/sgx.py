@@ -19,6 +19,12 @@ from intel_device_plugins.operator.pod import (
 )
 from intel_device_plugins.operator.profile import InitParts, KindProfile, count_arg
 from intel_device_plugins.operator.spec import BOOL, POS_INT, InitImageSpec, spec_field
+from intel_device_plugins.plugins.flagnames import (
+    SGX_DCAP_INFRA_RESOURCES,
+    SGX_ENCLAVE_LIMIT,
+    SGX_PROVISION_LIMIT,
+    flag,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +58,13 @@ TEMPLATE: Final = KindTemplate(
 
 def plugin_args(spec: SgxSpec) -> list[str]:
     args = [
-        "-enclave-limit",
+        flag(SGX_ENCLAVE_LIMIT),
         count_arg(spec.enclave_limit, 1),
-        "-provision-limit",
+        flag(SGX_PROVISION_LIMIT),
         count_arg(spec.provision_limit, 1),
     ]
     if spec.dcap_infra_resources:
-        args.append("-dcap-infra-resources")
+        args.append(flag(SGX_DCAP_INFRA_RESOURCES))
     return args
 
 
