@@ -1,4 +1,5 @@
-"""Pure builders of the plugin DaemonSet for each kind (docs/operator.md, "What the operator deploys").
+"""The kind-neutral assembly of a plugin DaemonSet from the kind's profile (docs/operator.md, "What the
+operator deploys"); each kind's own parts are in its module under ``operator/kinds/``.
 
 ``desired_daemonset`` returns the complete object the operator applies with server-side apply; because every
 field the operator cares about is in it, reapplying changes nothing and hand edits are undone.
@@ -24,7 +25,6 @@ from intel_device_plugins.operator.pod import (
     PLUGIN_SELINUX,
     node_name_env,
 )
-from intel_device_plugins.operator.profile import InitParts
 from intel_device_plugins.operator.registry import AnySpec, profile_of
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
@@ -34,11 +34,6 @@ MANAGED_BY_VALUE: Final = "intel-deviceplugin-operator"
 def plugin_args(spec: AnySpec) -> list[str]:
     """Command-line arguments of the plugin container: the common ``-v``, then the kind's own."""
     return ["-v", str(spec.log_level), *profile_of(spec).plugin_args(spec)]
-
-
-def init_parts(spec: AnySpec) -> InitParts:
-    """Init containers and the extra volumes they need; empty when the kind has none for this spec."""
-    return profile_of(spec).init_parts(spec)
 
 
 def _pod_volumes(spec: AnySpec, init_volumes: list[JSON]) -> list[JSON]:
@@ -125,7 +120,7 @@ def desired_daemonset(
     profile = profile_of(spec)
     tmpl = profile.template
     app = {"app": kind.daemonset_base}
-    init_containers, init_volumes = init_parts(spec)
+    init_containers, init_volumes = profile.init_parts(spec)
     pod: JSON = {
         "nodeSelector": node_selector(spec),
         "containers": [plugin_container(spec)],

@@ -12,12 +12,9 @@ from typing import Any, Final, cast
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.registry import SPEC_CLASSES as SPEC_CLASSES
 from intel_device_plugins.operator.registry import AnySpec as AnySpec
-from intel_device_plugins.operator.spec import CommonSpec as CommonSpec
 from intel_device_plugins.operator.spec import FieldError as FieldError
-from intel_device_plugins.operator.spec import JSONSchema as JSONSchema
-from intel_device_plugins.operator.spec import S as S
+from intel_device_plugins.operator.spec import JSONSchema, parse_spec_as
 from intel_device_plugins.operator.spec import SpecError as SpecError
-from intel_device_plugins.operator.spec import parse_spec_as
 from intel_device_plugins.operator.spec import spec_fields as spec_fields
 from intel_device_plugins.operator.spec import spec_to_dict as spec_to_dict
 
