@@ -13,7 +13,16 @@ from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.operator.registry import PROFILES, SPEC_CLASSES
 
 OPERATOR = Path(__file__).resolve().parents[2] / "src" / "intel_device_plugins" / "operator"
-KIND_NEUTRAL = ("daemonset.py", "validation.py", "combined.py", "model.py", "spec.py", "pod.py", "profile.py")
+KIND_NEUTRAL = (
+    "daemonset.py",
+    "validation.py",
+    "combined.py",
+    "crdgen.py",
+    "model.py",
+    "spec.py",
+    "pod.py",
+    "profile.py",
+)
 SPEC_CLASS_NAMES = frozenset(cls.__name__ for cls in SPEC_CLASSES.values())
 
 

@@ -52,6 +52,8 @@ class KindProfile(Generic[S]):
     """Whether ``spec.initImage`` is checked against the kind's accepted init image names."""
     plugin_service_account: bool = False
     """Whether the plugin pods run under the operator's plugin ServiceAccount (the plugin reads its node)."""
+    reinvoke_defaulting: bool = False
+    """Whether the CR's defaulting webhook is called again after later mutations (``reinvocationPolicy``)."""
 
     @property
     def kind(self) -> DeviceKind:

@@ -81,4 +81,4 @@ def init_parts(spec: SgxSpec) -> InitParts:
     return [container], [nfd.volume()]
 
 
-PROFILE: Final = KindProfile(SgxSpec, TEMPLATE, plugin_args, init_parts)
+PROFILE: Final = KindProfile(SgxSpec, TEMPLATE, plugin_args, init_parts, reinvoke_defaulting=True)
