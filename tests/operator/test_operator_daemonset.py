@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from intel_device_plugins.operator import images
-from intel_device_plugins.operator.daemonset import Owner, desired_daemonset, plugin_args, qat_pf_ids
+from intel_device_plugins.operator.daemonset import Owner, desired_daemonset, plugin_args
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
+from intel_device_plugins.operator.kinds.qat import qat_pf_ids
 from intel_device_plugins.operator.model import parse_spec
 
 NS = "inteldeviceplugins-system"

@@ -11,6 +11,7 @@ from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.images import plugin_command
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import parse_spec
+from intel_device_plugins.plugins import flagnames
 
 # A spec per kind that sets every field the operator turns into a flag, and what the plugin must then hold.
 SPECS: dict[DeviceKind, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -57,3 +58,23 @@ def test_plugin_parses_the_operators_arguments(kind: DeviceKind, monkeypatch: py
     args = cli.build_parser().parse_args(container["args"])  # a flag it does not know exits here
     assert args.verbosity == 4
     assert {name: getattr(args, name) for name in expected} == expected
+
+
+def test_the_operator_sets_only_flags_the_plugins_share_by_name() -> None:
+    """Every flag in a generated command line is spelled by a constant of plugins/flagnames.py (or is the
+    common ``-v``), the module the plugins' parsers take their names from too."""
+    shared = {
+        flagnames.flag(value)
+        for name, value in vars(flagnames).items()
+        if name.isupper() and isinstance(value, str)
+    }
+    emitted: set[str] = set()
+    for kind, (fields, _) in SPECS.items():
+        spec = parse_spec(kind, {"image": f"intel/intel-{kind.value}-plugin:0.36.0", **fields})
+        args = desired_daemonset(spec, Owner(kind, "s", "u"), "ns")["spec"]["template"]["spec"]["containers"][
+            0
+        ]["args"]
+        flags = {a.split("=")[0] for a in args if a.startswith("-")} - {"-v"}
+        assert flags <= shared, (kind, flags - shared)
+        emitted |= flags
+    assert len(emitted) > 10

@@ -8,7 +8,9 @@ from intel_device_plugins.operator import images
 from intel_device_plugins.operator.imageref import SemVerError, parse_image, parse_semver
 from intel_device_plugins.operator.images import PLUGIN_IMAGE_ENV, PROJECT_VERSION, UPSTREAM_VERSION
 from intel_device_plugins.operator.kinds import DeviceKind
-from intel_device_plugins.operator.model import DsaSpec, NpuSpec, parse_spec
+from intel_device_plugins.operator.kinds.dsa import DsaSpec
+from intel_device_plugins.operator.kinds.npu import NpuSpec
+from intel_device_plugins.operator.model import parse_spec
 from intel_device_plugins.operator.upgrade import ImageDecision, effective_image, effective_spec, sha_env_name
 
 DIGEST = "sha256:" + "ab" * 32

@@ -1,9 +1,9 @@
 """Write the generated manifests: the eight plugin CRDs, the FPGA mapping CRDs, the webhook configurations.
 
 Run ``python -m intel_device_plugins.cmd.crdgen deploy/crds --webhook-dir deploy/operator/webhook
---standalone-dir deploy/webhooks`` after changing ``operator/model.py``, ``operator/kinds.py`` or
-``webhooks/model.py``; a unit test compares the committed files with this output, so a stale file fails the
-build.
+--standalone-dir deploy/webhooks`` after changing a spec in ``operator/kinds/`` or ``operator/spec.py``,
+the status in ``operator/model.py``, or ``webhooks/model.py``; a unit test compares the committed files
+with this output, so a stale file fails the build.
 """
 
 from __future__ import annotations

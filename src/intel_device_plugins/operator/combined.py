@@ -20,8 +20,6 @@ from typing import Any, Final
 from intel_device_plugins.operator.daemonset import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    PLUGIN_SELINUX,
-    TEMPLATES,
     Owner,
     desired_daemonset,
     node_selector,
@@ -29,6 +27,8 @@ from intel_device_plugins.operator.daemonset import (
 )
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.model import AnySpec
+from intel_device_plugins.operator.pod import PLUGIN_SELINUX
+from intel_device_plugins.operator.registry import PROFILES
 
 JSON = dict[str, Any]
 
@@ -159,7 +159,7 @@ def combined_daemonset(
         "readOnlyRootFilesystem": True,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    if any(TEMPLATES[k].selinux for k in kinds):
+    if any(PROFILES[k].template.selinux for k in kinds):
         sc["seLinuxOptions"] = {"type": PLUGIN_SELINUX}
     container: JSON = {
         "name": COMBINED_NAME,
@@ -176,7 +176,7 @@ def combined_daemonset(
     }
     if env:
         container["env"] = list(env.values())
-    if any(TEMPLATES[k].termination_log for k in kinds):
+    if any(PROFILES[k].template.termination_log for k in kinds):
         container["terminationMessagePath"] = "/tmp/termination-log"
     app = {"app": COMBINED_NAME}
     pod_spec: JSON = {
@@ -184,7 +184,7 @@ def combined_daemonset(
         "containers": [container],
         "volumes": list(volumes.values()),
     }
-    automount = [TEMPLATES[k].automount_token for k in kinds]
+    automount = [PROFILES[k].template.automount_token for k in kinds]
     if all(a is False for a in automount):
         pod_spec["automountServiceAccountToken"] = False
     for pod in pods:

@@ -14,6 +14,7 @@ from intel_device_plugins.kube.crdmodel import schema_of
 from intel_device_plugins.kube.crds import HEADER, crd_document, render_document
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, VERSION, DeviceKind
 from intel_device_plugins.operator.model import SPEC_CLASSES, STATUS_SCHEMA
+from intel_device_plugins.operator.registry import PROFILES
 
 #: The subdirectory of the CRD directory holding the FPGA pod webhook's CRDs.
 FPGA_CRD_DIR: Final = "fpga"
@@ -98,7 +99,7 @@ def webhook_configurations(pod_webhooks: Mapping[str, dict[str, Any]]) -> list[d
                 }
             ],
         }
-        if prefix == "m" and kind is DeviceKind.SGX:
+        if prefix == "m" and PROFILES[kind].reinvoke_defaulting:
             out["reinvocationPolicy"] = "IfNeeded"
         return out
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.imageref import SemVerError, parse_image, parse_semver
-from intel_device_plugins.operator.model import S
+from intel_device_plugins.operator.spec import S
 
 
 def sha_env_name(image: str) -> str | None:

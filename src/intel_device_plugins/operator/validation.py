@@ -16,7 +16,6 @@ Deliberate differences from upstream, each of which only accepts more:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -31,20 +30,10 @@ from intel_device_plugins.operator.images import (
     plugin_image_names,
 )
 from intel_device_plugins.operator.kinds import DeviceKind
-from intel_device_plugins.operator.model import (
-    AnySpec,
-    DsaSpec,
-    FieldError,
-    FpgaSpec,
-    GpuSpec,
-    IaaSpec,
-    QatSpec,
-    SpecError,
-    parse_spec,
-)
+from intel_device_plugins.operator.model import AnySpec, FieldError, SpecError, parse_spec
+from intel_device_plugins.operator.registry import profile_of
 
 MESSAGE_PREFIX: Final = "invalid resource: "
-_PCI_ID_RE: Final = re.compile(r"^0x[0-9a-f]{4}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,21 +104,12 @@ def check_image(
     return None, None
 
 
-def _pci_ids(path: str, value: str, label: str) -> list[FieldError]:
-    errors: list[FieldError] = []
-    for item in value.split(","):
-        if not item:
-            errors.append(FieldError(path, f"Empty PCI Device ID in {label}"))
-        elif not _PCI_ID_RE.match(item):
-            errors.append(FieldError(path, f"Invalid PCI Device ID: {item}"))
-    return errors
-
-
 def validate_spec(spec: AnySpec) -> Verdict:
-    """All admission rules for the spec's kind; old objects are not consulted, so create and update agree."""
+    """The kind's own admission rules, then the image rules every kind shares; old objects are not
+    consulted, so create and update agree."""
     kind = spec.KIND
-    errors: list[FieldError] = []
-    warnings: list[str] = []
+    profile = profile_of(spec)
+    errors, warnings = profile.validate(spec)
 
     def image(path: str, value: str, names: tuple[str, ...]) -> None:
         err, warn = check_image(path, value, names)
@@ -138,42 +118,9 @@ def validate_spec(spec: AnySpec) -> Verdict:
         if warn:
             warnings.append(warn)
 
-    if isinstance(spec, GpuSpec):
-        policy = spec.preferred_allocation_policy
-        if policy in ("packed", "balanced") and spec.shared_dev_num <= 1:
-            errors.append(
-                FieldError(
-                    "spec.preferredAllocationPolicy",
-                    f"'{policy}' PreferredAllocationPolicy is valid only when setting sharedDevNum > 1",
-                )
-            )
-        if spec.allow_ids:
-            errors += _pci_ids("spec.allowIDs", spec.allow_ids, "AllowIDs")
-        if spec.deny_ids:
-            errors += _pci_ids("spec.denyIDs", spec.deny_ids, "DenyIDs")
-        if spec.allow_ids and spec.deny_ids:
-            errors.append(FieldError("spec.denyIDs", "AllowIDs and DenyIDs cannot be used together"))
-        if spec.resource_manager:
-            warnings.append("spec.resourceManager is deprecated and ignored")
-    if isinstance(spec, (DsaSpec, IaaSpec, QatSpec)) and spec.provisioning_config and not spec.init_image:
-        errors.append(FieldError("spec.initImage", "ProvisioningConfig is set with no InitImage"))
-    if (
-        isinstance(spec, QatSpec)
-        and spec.provisioning_config
-        and not ({"4xxxvf", "420xxvf"} & set(spec.kernel_vf_drivers))
-    ):
-        errors.append(
-            FieldError(
-                "spec.provisioningConfig", "ProvisioningConfig is available only for 4xxx and 420xx devices"
-            )
-        )
-
-    if isinstance(spec, FpgaSpec) and not spec.init_image:
-        warnings.append("spec.initImage is empty; the default FPGA init image is used")
-
     init_names = accepted_init_image_names(kind)
     init_image = getattr(spec, "init_image", "")
-    if init_image and init_names and kind is not DeviceKind.GPU:
+    if init_image and init_names and profile.checks_init_image:
         image("spec.initImage", init_image, init_names)
     if not spec.image:
         errors.append(FieldError("spec.image", "must not be empty (the defaulting webhook sets it)"))

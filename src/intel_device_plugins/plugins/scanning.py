@@ -8,6 +8,7 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.cli import GoFlagParser
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 from intel_device_plugins.flags import MAX_SHARED_DEV_NUM, shared_dev_num
+from intel_device_plugins.plugins.flagnames import SHARED_DEV_NUM
 
 PCI_ID = re.compile(r"^0x[0-9a-fA-F]{4}$")
 """A PCI vendor or device ID as sysfs writes it; anything else in those files is garbage."""
@@ -25,7 +26,7 @@ def numa_or_problem(device_dir: Path, prefix: str, label: str, problems: list[st
 def add_shared_dev_num(parser: GoFlagParser, shared_thing: str) -> None:
     """Upstream's ``-shared-dev-num``: how many containers may share one ``shared_thing``."""
     parser.add_flag(
-        "shared-dev-num",
+        SHARED_DEV_NUM,
         type=shared_dev_num,
         default=1,
         help=f"number of containers that may share one {shared_thing} (at most {MAX_SHARED_DEV_NUM})",

@@ -12,6 +12,7 @@ from intel_device_plugins.deviceplugin.cli import (
     run_plugin_command,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.plugins.flagnames import DSA_DRIVER
 from intel_device_plugins.plugins.idxd.discovery import DSA
 from intel_device_plugins.plugins.idxd.plugin import DsaVfioPlugin, WorkQueuePlugin
 from intel_device_plugins.plugins.scanning import add_shared_dev_num
@@ -33,7 +34,7 @@ def build_parser() -> GoFlagParser:
     parser = new_parser("intel_dsa_device_plugin", "Intel DSA device plugin for Kubernetes")
     add_shared_dev_num(parser, "shared work queue")
     parser.add_flag(
-        "driver",
+        DSA_DRIVER,
         choices=DRIVERS,
         default="idxd",
         help="idxd: advertise work queues; vfio-pci: advertise whole DSA functions bound to vfio-pci",

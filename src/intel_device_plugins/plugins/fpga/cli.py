@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_plugin_command
+from intel_device_plugins.plugins.flagnames import FPGA_MODE
 from intel_device_plugins.plugins.fpga.discovery import Mode
 from intel_device_plugins.plugins.fpga.nodemode import effective_mode, read_node_annotations
 from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
@@ -22,7 +23,9 @@ def build_parser() -> GoFlagParser:
     parser = new_parser(
         "intel_fpga_device_plugin", "Kubernetes device plugin for Intel FPGA cards (fpga.intel.com)."
     )
-    parser.add_flag("mode", type=Mode, choices=list(Mode), default=Mode.AF, help="af, region or regiondevel")
+    parser.add_flag(
+        FPGA_MODE, type=Mode, choices=list(Mode), default=Mode.AF, help="af, region or regiondevel"
+    )
     parser.add_flag("kubeconfig", default="", help="kubeconfig file (default: the pod's ServiceAccount)")
     parser.add_flag("master", default="", help="API server address; overrides the kubeconfig's")
     parser.add_flag(

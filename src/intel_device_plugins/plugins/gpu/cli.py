@@ -13,6 +13,15 @@ from intel_device_plugins.deviceplugin.cli import (
     run_plugin_command,
 )
 from intel_device_plugins.flags import MAX_SHARED_DEV_NUM, shared_dev_num
+from intel_device_plugins.plugins.flagnames import (
+    ALLOCATION_POLICY,
+    GPU_ALLOW_IDS,
+    GPU_BYPATH,
+    GPU_DENY_IDS,
+    GPU_ENABLE_MONITORING,
+    GPU_MONITORING_MODE,
+    SHARED_DEV_NUM,
+)
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
@@ -39,24 +48,26 @@ def parse_id_list(text: str) -> frozenset[str]:
 def build_parser() -> GoFlagParser:
     parser = new_parser("intel_gpu_device_plugin", "Kubernetes device plugin for Intel GPUs (gpu.intel.com).")
     parser.add_flag(
-        "shared-dev-num",
+        SHARED_DEV_NUM,
         type=shared_dev_num,
         default=1,
         help=f"containers that may share one GPU (at most {MAX_SHARED_DEV_NUM})",
     )
     parser.add_flag(
-        "allocation-policy",
+        ALLOCATION_POLICY,
         type=AllocationPolicy,
         choices=list(AllocationPolicy),
         default=AllocationPolicy.NONE,
         help="preferred allocation policy for shared GPUs",
     )
-    parser.add_flag("bypath", type=ByPath, choices=list(ByPath), default=ByPath.SINGLE, help="by-path mounts")
-    parser.add_flag("allow-ids", type=parse_id_list, default=frozenset(), help="only these PCI device IDs")
-    parser.add_flag("deny-ids", type=parse_id_list, default=frozenset(), help="never these PCI device IDs")
-    parser.add_bool_flag("enable-monitoring", help="advertise the monitoring resource")
     parser.add_flag(
-        "monitoring-mode", type=MonitoringMode, choices=list(MonitoringMode), default=MonitoringMode.SINGLE
+        GPU_BYPATH, type=ByPath, choices=list(ByPath), default=ByPath.SINGLE, help="by-path mounts"
+    )
+    parser.add_flag(GPU_ALLOW_IDS, type=parse_id_list, default=frozenset(), help="only these PCI device IDs")
+    parser.add_flag(GPU_DENY_IDS, type=parse_id_list, default=frozenset(), help="never these PCI device IDs")
+    parser.add_bool_flag(GPU_ENABLE_MONITORING, help="advertise the monitoring resource")
+    parser.add_flag(
+        GPU_MONITORING_MODE, type=MonitoringMode, choices=list(MonitoringMode), default=MonitoringMode.SINGLE
     )
     parser.add_bool_flag("health-management", help="Level-Zero health (not supported here; presence health)")
     parser.add_flag("xpumd-endpoint", default="", help="xpumd health socket (not supported here)")

@@ -14,6 +14,12 @@ from intel_device_plugins.deviceplugin.cli import (
     run_plugin_command,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.plugins.flagnames import (
+    ALLOCATION_POLICY,
+    QAT_DPDK_DRIVER,
+    QAT_KERNEL_VF_DRIVERS,
+    QAT_MAX_NUM_DEVICES,
+)
 from intel_device_plugins.plugins.qat.discovery import (
     DEFAULT_KERNEL_VF_DRIVERS,
     DPDK_DRIVERS,
@@ -60,21 +66,21 @@ def build_parser() -> GoFlagParser:
         "Kubernetes device plugin for Intel QuickAssist Technology (qat.intel.com).",
     )
     parser.add_flag(
-        "dpdk-driver", choices=DPDK_DRIVERS, default=DPDK_DRIVERS[0], help="driver the VFs are bound to"
+        QAT_DPDK_DRIVER, choices=DPDK_DRIVERS, default=DPDK_DRIVERS[0], help="driver the VFs are bound to"
     )
     parser.add_flag(
-        "kernel-vf-drivers",
+        QAT_KERNEL_VF_DRIVERS,
         type=parse_vf_drivers,
         default=DEFAULT_KERNEL_VF_DRIVERS,
         help="comma-separated QAT VF drivers whose devices are taken over",
     )
     parser.add_flag(
-        "allocation-policy",
+        ALLOCATION_POLICY,
         type=parse_policy,
         default=Policy.NONE,
         help="preferred allocation: packed (fill one PF first) or balanced (spread over PFs)",
     )
-    parser.add_flag("max-num-devices", type=positive_int, default=64, help="at most this many VFs")
+    parser.add_flag(QAT_MAX_NUM_DEVICES, type=positive_int, default=64, help="at most this many VFs")
     parser.add_flag(
         "mode",
         type=Mode,

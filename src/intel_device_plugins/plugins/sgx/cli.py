@@ -14,6 +14,11 @@ from intel_device_plugins.deviceplugin.cli import (
     run_plugin_command,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.plugins.flagnames import (
+    SGX_DCAP_INFRA_RESOURCES,
+    SGX_ENCLAVE_LIMIT,
+    SGX_PROVISION_LIMIT,
+)
 from intel_device_plugins.plugins.sgx.discovery import SgxLimits, pod_count
 from intel_device_plugins.plugins.sgx.plugin import SgxPlugin
 
@@ -51,19 +56,19 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
 def build_parser() -> GoFlagParser:
     parser = new_parser("intel_sgx_device_plugin", "Intel SGX device plugin for Kubernetes")
     parser.add_flag(
-        "enclave-limit",
+        SGX_ENCLAVE_LIMIT,
         type=positive_int,
         default=None,
         help="containers per node that may use sgx.intel.com/enclave (default PODS_PER_CORE*CPUs, else 110)",
     )
     parser.add_flag(
-        "provision-limit",
+        SGX_PROVISION_LIMIT,
         type=positive_int,
         default=None,
         help="containers per node that may use sgx.intel.com/provision (default as -enclave-limit)",
     )
     parser.add_bool_flag(
-        "dcap-infra-resources",
+        SGX_DCAP_INFRA_RESOURCES,
         help="also advertise sgx.intel.com/qe and sgx.intel.com/registration for the DCAP services",
     )
     return parser

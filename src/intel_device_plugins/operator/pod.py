@@ -1,0 +1,103 @@
+"""Kind-neutral pieces of a plugin pod that the kinds' templates and init containers are made of."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+JSON = dict[str, Any]
+
+DEFAULT_NODE_SELECTOR: Final[Mapping[str, str]] = {"kubernetes.io/arch": "amd64"}
+KUBELET_SOCKETS: Final = "/var/lib/kubelet/device-plugins"
+NFD_SOURCE_DIR: Final = "/etc/kubernetes/node-feature-discovery/source.d/"
+PLUGIN_SELINUX: Final = "container_device_plugin_t"
+INIT_SELINUX: Final = "container_device_plugin_init_t"
+PCI_DRIVERS: Final = "/sys/bus/pci/drivers"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostMount:
+    """A hostPath volume and its mount in the plugin container."""
+
+    name: str
+    host_path: str
+    mount_path: str
+    read_only: bool = False
+    host_type: str = ""
+
+    def volume(self) -> JSON:
+        hp: JSON = {"path": self.host_path}
+        if self.host_type:
+            hp["type"] = self.host_type
+        return {"name": self.name, "hostPath": hp}
+
+    def mount(self) -> JSON:
+        m: JSON = {"name": self.name, "mountPath": self.mount_path}
+        if self.read_only:
+            m["readOnly"] = True
+        return m
+
+
+@dataclasses.dataclass(frozen=True)
+class KindTemplate:
+    """Static per-kind parts of the DaemonSet: resources, env, mounts and security details."""
+
+    mounts: tuple[HostMount, ...]
+    requests: tuple[str, str]  # memory, cpu
+    limits: tuple[str, str]
+    automount_token: bool | None
+    host_ip_env: bool = False
+    node_name_env: bool = True
+    selinux: bool = True
+    termination_log: bool = False
+
+
+PLUGIN_MEMORY_REQUEST = "48Mi"
+PLUGIN_MEMORY_LIMIT = "96Mi"
+"""Every plugin is one Python process whose peak RSS measured 43-45 MiB whatever the device kind
+(docs/performance.md); the limit is twice that worst case, the request its typical size. Upstream's
+smaller figures suit its Go binaries and would get these processes OOM-killed."""
+
+SOCKETS = HostMount("kubeletsockets", KUBELET_SOCKETS, KUBELET_SOCKETS)
+CDI = HostMount("cdipath", "/var/run/cdi", "/var/run/cdi", host_type="DirectoryOrCreate")
+
+
+def node_name_env() -> JSON:
+    return {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
+def init_security(*, writes_sysfs: bool = False, selinux: bool = True) -> JSON:
+    """Security context of an init container: every one drops all capabilities, forbids privilege
+    escalation, keeps the root file system read-only and uses the runtime's default seccomp profile.
+
+    The init containers run as root and write only into root-owned host directories (sysfs attributes, the
+    NFD hook directory, ``/opt/intel/fpga-sw``), so the owner's permission bits suffice without any
+    capability. ``writes_sysfs``: the container configures devices through sysfs. It is not privileged (a
+    privileged container gets the whole of ``/sys`` read-write and every device); it writes only through the
+    hostPath mounts of the subtrees it changes, and runs without an AppArmor profile because the runtime's
+    default profile denies every write below ``/sys``.
+    """
+    sc: JSON = {
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if writes_sysfs:
+        sc["appArmorProfile"] = {"type": "Unconfined"}
+    if selinux:
+        sc["seLinuxOptions"] = {"type": INIT_SELINUX}
+    return sc
+
+
+def config_volume(name: str, config_map: str, default_mode: int | None) -> JSON:
+    cm: JSON = {"name": config_map}
+    if default_mode is not None:
+        cm["defaultMode"] = default_mode
+    return {"name": name, "configMap": cm}
+
+
+def init_base(image: str) -> JSON:
+    """The fields every init container starts from."""
+    return {"image": image, "imagePullPolicy": "IfNotPresent"}

@@ -1,0 +1,75 @@
+"""The one interface every device kind implements (one module per kind under ``operator/kinds/``).
+
+A profile is data plus pure functions: the kind's spec class, its DaemonSet template, its plugin arguments,
+init containers and admission rules. The kind-neutral assembly (``daemonset.py``, ``validation.py``,
+``combined.py``) asks the profile and never tests which kind it holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Generic
+
+from intel_device_plugins.kube.crdmodel import EMPTY
+from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.operator.pod import JSON, HostMount, KindTemplate
+from intel_device_plugins.operator.spec import FieldError, S
+
+InitParts = tuple[list[JSON], list[JSON]]
+"""Init containers and the extra pod volumes they need."""
+
+Findings = tuple[list[FieldError], list[str]]
+"""Errors that reject a CR and warnings that do not."""
+
+
+def no_init(spec: object) -> InitParts:
+    return [], []
+
+
+def no_rules(spec: object) -> Findings:
+    return [], []
+
+
+@dataclasses.dataclass(frozen=True)
+class KindProfile(Generic[S]):
+    """Everything the kind-neutral code needs to know about one device kind."""
+
+    spec_class: type[S]
+    template: KindTemplate
+    plugin_args: Callable[[S], list[str]]
+    """The kind's own plugin arguments, after the common ``-v``; one list element per flag and per value."""
+    init_parts: Callable[[S], InitParts] = no_init
+    validate: Callable[[S], Findings] = no_rules
+    """Kind-specific admission rules, checked before the image rules every kind shares."""
+    main_mounts: Callable[[S], tuple[HostMount, ...]] | None = None
+    """The plugin container's mounts when they depend on the spec; None: the template's."""
+    forced_node_selector: Mapping[str, str] = dataclasses.field(default_factory=lambda: EMPTY)
+    """Labels added to every node selector, the CR's own included."""
+    late_volumes: tuple[str, ...] = ()
+    """Plugin volumes listed after the init containers' volumes (upstream's order)."""
+    checks_init_image: bool = True
+    """Whether ``spec.initImage`` is checked against the kind's accepted init image names."""
+    plugin_service_account: bool = False
+    """Whether the plugin pods run under the operator's plugin ServiceAccount (the plugin reads its node)."""
+    reinvoke_defaulting: bool = False
+    """Whether the CR's defaulting webhook is called again after later mutations (``reinvocationPolicy``)."""
+
+    @property
+    def kind(self) -> DeviceKind:
+        return self.spec_class.KIND
+
+    def mounts(self, spec: S) -> tuple[HostMount, ...]:
+        return self.main_mounts(spec) if self.main_mounts is not None else self.template.mounts
+
+
+def count_arg(value: int, default: int) -> str:
+    """A numeric plugin flag: the spec's value, or the plugin's default when the spec leaves it at 0."""
+    return str(value if value else default)
+
+
+def provisioning_needs_init_image(provisioning_config: str, init_image: str) -> list[FieldError]:
+    """The rule of every kind whose init container applies a provisioning ConfigMap."""
+    if provisioning_config and not init_image:
+        return [FieldError("spec.initImage", "ProvisioningConfig is set with no InitImage")]
+    return []
