@@ -16,7 +16,6 @@ from intel_device_plugins.operator.spec import FieldError as FieldError
 from intel_device_plugins.operator.spec import JSONSchema, parse_spec_as
 from intel_device_plugins.operator.spec import SpecError as SpecError
 from intel_device_plugins.operator.spec import spec_fields as spec_fields
-from intel_device_plugins.operator.spec import spec_to_dict as spec_to_dict
 
 
 def parse_spec(kind: DeviceKind, raw: Mapping[str, Any] | None) -> AnySpec:

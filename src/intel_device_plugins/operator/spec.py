@@ -171,24 +171,3 @@ def parse_spec_as(cls: type[S], raw: Mapping[str, Any] | None) -> S:
     if errors:
         raise SpecError(errors)
     return cls(**kwargs)
-
-
-def spec_to_dict(spec: CommonSpec) -> dict[str, Any]:
-    """JSON form of a spec with empty/zero fields omitted; a field whose schema has a default (which the API
-    server fills in, such as DSA's driver) is always kept."""
-    out: dict[str, Any] = {}
-    for f in spec_fields(type(spec)):
-        value = getattr(spec, f.name)
-        json_name = str(f.metadata["json"])
-        default = f.default if f.default is not dataclasses.MISSING else EMPTY
-        if value is None or (value == default and "default" not in f.metadata["schema"]):
-            continue
-        if json_name == "tolerations":
-            out[json_name] = [t.to_dict() for t in value]
-        elif json_name == "nodeSelector":
-            out[json_name] = dict(value)
-        elif isinstance(value, tuple):
-            out[json_name] = list(value)
-        else:
-            out[json_name] = value
-    return out
