@@ -1,4 +1,4 @@
-"""End-to-end operator figures on the harness control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok).
+"""End-to-end operator figures on the harness control plane (pinned kube-apiserver, KCM, scheduler, kwok).
 
 Starts a private control plane, installs ``deploy/operator/self-signed`` and runs the operator as a local
 process with the Deployment's flags and its ServiceAccount token (``k8stest.operatorinstall``), then:

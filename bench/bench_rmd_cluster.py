@@ -1,4 +1,4 @@
-"""RMD operator figures on the harness control plane (kube-apiserver 1.36.3, KCM, scheduler, kwok).
+"""RMD operator figures on the harness control plane (pinned kube-apiserver, KCM, scheduler, kwok).
 
 Starts a private control plane, applies ``deploy/rmd/default`` and the TLS Secrets, creates ``--nodes`` kwok
 nodes labelled for L3 CAT, serves one simulated RMD per node (HTTPS with client certificates, all in one
