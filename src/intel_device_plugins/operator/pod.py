@@ -101,3 +101,15 @@ def config_volume(name: str, config_map: str, default_mode: int | None) -> JSON:
 def init_base(image: str) -> JSON:
     """The fields every init container starts from."""
     return {"image": image, "imagePullPolicy": "IfNotPresent"}
+
+
+def nfd_hook_init(image: str, container: str, volume: str) -> tuple[JSON, JSON]:
+    """An init container that installs an NFD source hook into the host's NFD directory, and its volume."""
+    nfd = HostMount(volume, NFD_SOURCE_DIR, NFD_SOURCE_DIR, host_type="DirectoryOrCreate")
+    init = {
+        **init_base(image),
+        "name": container,
+        "securityContext": init_security(),
+        "volumeMounts": [nfd.mount()],
+    }
+    return init, nfd.volume()

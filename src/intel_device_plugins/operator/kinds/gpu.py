@@ -10,14 +10,12 @@ from typing import ClassVar, Final
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
     CDI,
-    NFD_SOURCE_DIR,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
     HostMount,
     KindTemplate,
-    init_base,
-    init_security,
+    nfd_hook_init,
 )
 from intel_device_plugins.operator.profile import Findings, InitParts, KindProfile, count_arg
 from intel_device_plugins.operator.spec import (
@@ -120,14 +118,8 @@ def plugin_args(spec: GpuSpec) -> list[str]:
 def init_parts(spec: GpuSpec) -> InitParts:
     if not spec.init_image:
         return [], []
-    nfd = HostMount("nfd-sources", NFD_SOURCE_DIR, NFD_SOURCE_DIR, host_type="DirectoryOrCreate")
-    container = {
-        **init_base(spec.init_image),
-        "name": "intel-gpu-initcontainer",
-        "securityContext": init_security(),
-        "volumeMounts": [nfd.mount()],
-    }
-    return [container], [nfd.volume()]
+    container, volume = nfd_hook_init(spec.init_image, "intel-gpu-initcontainer", "nfd-sources")
+    return [container], [volume]
 
 
 _PCI_ID_RE: Final = re.compile(r"^0x[0-9a-f]{4}$")

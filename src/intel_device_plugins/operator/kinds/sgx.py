@@ -8,14 +8,12 @@ from typing import ClassVar, Final
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
     CDI,
-    NFD_SOURCE_DIR,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
     HostMount,
     KindTemplate,
-    init_base,
-    init_security,
+    nfd_hook_init,
 )
 from intel_device_plugins.operator.profile import InitParts, KindProfile, count_arg
 from intel_device_plugins.operator.spec import BOOL, POS_INT, InitImageSpec, spec_field
@@ -71,14 +69,8 @@ def plugin_args(spec: SgxSpec) -> list[str]:
 def init_parts(spec: SgxSpec) -> InitParts:
     if not spec.init_image:
         return [], []
-    nfd = HostMount("nfd-features", NFD_SOURCE_DIR, NFD_SOURCE_DIR, host_type="DirectoryOrCreate")
-    container = {
-        **init_base(spec.init_image),
-        "name": "intel-sgx-initcontainer",
-        "securityContext": init_security(),
-        "volumeMounts": [nfd.mount()],
-    }
-    return [container], [nfd.volume()]
+    container, volume = nfd_hook_init(spec.init_image, "intel-sgx-initcontainer", "nfd-features")
+    return [container], [volume]
 
 
 PROFILE: Final = KindProfile(SgxSpec, TEMPLATE, plugin_args, init_parts, reinvoke_defaulting=True)
