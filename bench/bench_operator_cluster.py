@@ -54,6 +54,17 @@ def cr_path(kind: DeviceKind, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
+def statuses_name_daemonsets(client: KubeClient, crs: list[dict[str, Any]]) -> bool:
+    """Whether every CR's status names the DaemonSet the operator made for it."""
+    for body in crs:
+        kind = DeviceKind.from_kind(body["kind"])
+        name = body["metadata"]["name"]
+        st = client.get(cr_path(kind, name)).get("status") or {}
+        if (st.get("controlledDaemonSet") or {}).get("name") != kind.daemonset_name(name):
+            return False
+    return True
+
+
 def cr(kind: DeviceKind, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": kind.kind, "metadata": {"name": name}, "spec": spec}
 
@@ -83,14 +94,7 @@ def samples(client: KubeClient, pid: int, settle_s: float = 5.0) -> dict[str, An
         client.create(cr_path(DeviceKind.from_kind(body["kind"])), body)
 
     def reconciled() -> bool:
-        for body in crs:
-            kind = DeviceKind.from_kind(body["kind"])
-            st = client.get(cr_path(kind, body["metadata"]["name"])).get("status") or {}
-            if (st.get("controlledDaemonSet") or {}).get("name") != kind.daemonset_name(
-                body["metadata"]["name"]
-            ):
-                return False
-        return True
+        return statuses_name_daemonsets(client, crs)
 
     wait_for("8 sample statuses", reconciled, timeout=120, interval=0.1)
     done_at = time.perf_counter() - start
@@ -123,14 +127,7 @@ def cycles(client: KubeClient, pid: int, rounds: int, quiet_s: float = 2.0) -> d
         return {d["metadata"]["name"] for d in client.get(ds_path)["items"]} & wanted
 
     def statuses_written() -> bool:
-        for body in crs:
-            kind = DeviceKind.from_kind(body["kind"])
-            st = client.get(cr_path(kind, body["metadata"]["name"])).get("status") or {}
-            if (st.get("controlledDaemonSet") or {}).get("name") != kind.daemonset_name(
-                body["metadata"]["name"]
-            ):
-                return False
-        return True
+        return statuses_name_daemonsets(client, crs)
 
     to_daemonsets, created, cpu = [], [], []
     for _ in range(rounds):
