@@ -1,0 +1,209 @@
+"""What a DRA driver publishes and prepares, as plain immutable data.
+
+The types mirror ``resource.k8s.io/v1`` closely enough that turning them into API objects is a pure,
+mechanical step (:mod:`intel_device_plugins.dra.slices`), and far enough that a profile never builds
+dictionaries by hand: attributes are typed, quantities are strings in Kubernetes' quantity syntax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from intel_device_plugins.deviceplugin.model import CdiDevice, Health
+
+MAX_DEVICES_PER_SLICE = 128
+"""``ResourceSliceSpec.devices`` holds at most this many devices."""
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+"""A device carries at most this many attributes and capacities together."""
+
+STANDARD_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+STANDARD_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+
+
+@dataclass(frozen=True)
+class Version:
+    """A semantic version attribute (``version`` in the API), e.g. a driver or firmware version."""
+
+    value: str
+
+
+AttributeValue = str | int | bool | Version
+"""``bool`` is tested before ``int`` when rendering: ``True`` is an ``int`` in Python."""
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """How much of a shared capacity one allocation may take (``CapacityRequestPolicy``).
+
+    ``default`` is what a request that names no amount consumes; ``valid_range`` (min, max, step; any may
+    be ``None``) or ``valid_values`` bound what it may ask for. Quantities use Kubernetes' syntax.
+    """
+
+    default: str | None = None
+    valid_values: tuple[str, ...] = ()
+    valid_range_min: str | None = None
+    valid_range_max: str | None = None
+    valid_range_step: str | None = None
+
+
+@dataclass(frozen=True)
+class Capacity:
+    value: str
+    request_policy: RequestPolicy | None = None
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str = "NoSchedule"
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class CounterConsumption:
+    """A partition's draw on a shared counter set (``DeviceCounterConsumption``)."""
+
+    counter_set: str
+    counters: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counters", MappingProxyType(dict(self.counters)))
+
+    def __hash__(self) -> int:
+        return hash((self.counter_set, tuple(sorted(self.counters.items()))))
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """Counters shared by overlapping partitions of one physical device (``CounterSet``)."""
+
+    name: str
+    counters: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counters", MappingProxyType(dict(self.counters)))
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted(self.counters.items()))))
+
+
+V = TypeVar("V")
+
+
+def _frozen(values: Mapping[str, V] | None) -> Mapping[str, V]:
+    return MappingProxyType(dict(values or {}))
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of the node's pool.
+
+    ``name`` is a DNS label unique in the pool. ``attributes`` keys are qualified names
+    (``model`` is in the driver's domain, ``resource.kubernetes.io/pcieRoot`` is not). ``cdi`` is what a
+    container that gets this device receives (its ``name`` is replaced per claim when prepared).
+    Unhealthy devices are still published, with a taint, so running claims keep resolving them.
+    """
+
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=_empty)
+    capacity: Mapping[str, Capacity] = field(default_factory=_empty)
+    cdi: CdiDevice | None = None
+    health: Health = Health.HEALTHY
+    health_message: str = ""
+    allow_multiple_allocations: bool = False
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    taints: tuple[Taint, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", _frozen(self.attributes))
+        object.__setattr__(self, "capacity", _frozen(self.capacity))
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.name,
+                tuple(sorted(self.attributes.items(), key=lambda item: item[0])),
+                tuple(sorted(self.capacity.items(), key=lambda item: item[0])),
+                self.cdi,
+                self.health,
+                self.allow_multiple_allocations,
+                self.consumes_counters,
+                self.taints,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A scan's result for one driver: the devices, the counter sets partitions draw on, and the problems
+    met on the way (one line each, naming the device), as :class:`deviceplugin.model.Discovery` has."""
+
+    devices: tuple[Device, ...] = ()
+    counter_sets: tuple[CounterSet, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    def by_name(self) -> Mapping[str, Device]:
+        return {device.name: device for device in self.devices}
+
+
+class HealthState(StrEnum):
+    """The health a kubelet shows in pod status (``dra-health/v1alpha1`` ``HealthStatus``)."""
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One entry of a claim's ``status.allocation.devices.results`` that belongs to this driver."""
+
+    request: str
+    pool: str
+    device: str
+    admin_access: bool = False
+    share_id: str | None = None
+    consumed_capacity: Mapping[str, str] = field(default_factory=_empty)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "consumed_capacity", MappingProxyType(dict(self.consumed_capacity)))
+
+    def __hash__(self) -> int:
+        return hash((self.request, self.pool, self.device, self.admin_access, self.share_id))
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """The claim the kubelet names in a prepare or unprepare call."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """What prepare answered for one allocated device: its request(s) and the CDI IDs it gets."""
+
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PreparedClaim:
+    """A prepared claim as the checkpoint keeps it: enough to answer a repeated prepare identically and
+    to remove exactly what was written (the CDI spec files) when unprepared."""
+
+    claim: ClaimRef
+    devices: tuple[PreparedDevice, ...]
+    cdi_spec_files: tuple[str, ...] = ()
