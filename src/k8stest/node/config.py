@@ -73,6 +73,18 @@ class NodeLayout:
         return self.kubelet_dir / "device-plugins"
 
     @property
+    def plugins_registry_dir(self) -> Path:
+        """Seen as /var/lib/kubelet/plugins_registry inside the node: the kubelet's plugin watcher
+        finds DRA drivers' registration sockets here."""
+        return self.kubelet_dir / "plugins_registry"
+
+    @property
+    def plugins_dir(self) -> Path:
+        """Seen as /var/lib/kubelet/plugins inside the node: DRA drivers' service sockets and
+        checkpoints (``<driver>/``)."""
+        return self.kubelet_dir / "plugins"
+
+    @property
     def opt_dir(self) -> Path:
         """Seen as /opt inside the node: software a DaemonSet installs on the host (the FPGA CRI
         hook in /opt/intel/fpga-sw) lands here, not in the machine's /opt."""

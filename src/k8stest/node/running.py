@@ -67,6 +67,16 @@ class RealNode:
         return self.layout.device_plugin_dir
 
     @property
+    def plugins_registry_dir(self) -> Path:
+        """Host path of the node's /var/lib/kubelet/plugins_registry (DRA registration sockets)."""
+        return self.layout.plugins_registry_dir
+
+    @property
+    def plugins_dir(self) -> Path:
+        """Host path of the node's /var/lib/kubelet/plugins (DRA service sockets, checkpoints)."""
+        return self.layout.plugins_dir
+
+    @property
     def dev_dir(self) -> Path:
         return self.layout.dev_dir
 
@@ -221,9 +231,12 @@ def start_real_node(
     workdir.mkdir(parents=True, exist_ok=True)
     layout = NodeLayout(workdir, f"/k8stest-{secrets.token_hex(4)}")
     etc_upper, etc_work = layout.etc_overlay_dir / "upper", layout.etc_overlay_dir / "work"
-    for d in (layout.kubelet_dir, layout.device_plugin_dir, layout.log_dir, layout.opt_dir, layout.logs,
-              layout.sysctl_dir, workdir / "cni", workdir / "containerd-root", layout.cdi_run_dir,
-              layout.cdi_etc_dir, etc_upper / "cdi", etc_work, layout.srv_dir):  # fmt: skip
+    # The kubelet makes its DRA plugin directories (plugins_registry, plugins) at start; made here
+    # as well, so they exist on the host side before it runs and whatever its version does.
+    for d in (layout.kubelet_dir, layout.device_plugin_dir, layout.plugins_registry_dir,
+              layout.plugins_dir, layout.log_dir, layout.opt_dir, layout.logs, layout.sysctl_dir,
+              workdir / "cni", workdir / "containerd-root", layout.cdi_run_dir, layout.cdi_etc_dir,
+              etc_upper / "cdi", etc_work, layout.srv_dir):  # fmt: skip
         d.mkdir(parents=True, exist_ok=True)
 
     # /sys and /dev

@@ -1,0 +1,250 @@
+"""Dynamic Resource Allocation on the real node: the API objects tests create by hand, the pod's
+generated claims and events, and which DRA feature gates each component runs with.
+
+The builders are pure and return what the API server takes (``resource.k8s.io/v1``); the rest are
+thin readers over :class:`k8stest.kubeclient.KubeClient`. Nothing here knows a device kind: the
+harness test (tests/node/test_real_node_dra.py) publishes a fake device with no driver behind it,
+the GPU driver's tests publish nothing and read what the driver did.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+from k8stest.controlplane import ControlPlane
+from k8stest.kubeclient import JSON, KubeClient, wait_for
+
+__all__ = [
+    "DRA_FEATURE_GATES",
+    "KUBELET_DRA_FEATURE_GATES",
+    "RESOURCE_API",
+    "claim_path",
+    "claim_template",
+    "component_feature_gates",
+    "created",
+    "device_class",
+    "enabled_feature_gates",
+    "events",
+    "pod_claim_names",
+    "resource_slice",
+    "wait_claim_allocated",
+    "wait_event",
+    "with_claims",
+]
+
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+
+# The DRA features the project's drivers use, each on by default in Kubernetes 1.37
+# (k8s.io/kubernetes@v1.37.2 pkg/features/kube_features.go): DynamicResourceAllocation GA,
+# DRAConsumableCapacity and DRAPartitionableDevices beta, DRAExtendedResource, DRADeviceTaints and
+# DRADeviceTaintRules GA, ResourceHealthStatus beta. The control plane and the kubelet therefore
+# run with their defaults; the harness test reads each component's gates so that a release that
+# turns one off fails there and not in a driver test.
+DRA_FEATURE_GATES = (
+    "DynamicResourceAllocation",
+    "DRAConsumableCapacity",
+    "DRAPartitionableDevices",
+    "DRAExtendedResource",
+    "DRADeviceTaints",
+    "DRADeviceTaintRules",
+)
+# Only the kubelet reads this one (health in the pod's status through NodeWatchResources).
+KUBELET_DRA_FEATURE_GATES = (*DRA_FEATURE_GATES, "ResourceHealthStatus")
+
+_FEATURE_LINE = re.compile(r'^kubernetes_feature_enabled\{name="([^"]+)",stage="[^"]*"\} (\d+(?:\.\d+)?)$')
+
+
+def enabled_feature_gates(metrics: str) -> dict[str, bool]:
+    """Gate name -> enabled, from a component's Prometheus text (``kubernetes_feature_enabled``)."""
+    gates = {}
+    for line in metrics.splitlines():
+        match = _FEATURE_LINE.match(line.strip())
+        if match:
+            gates[match.group(1)] = float(match.group(2)) == 1.0
+    return gates
+
+
+def _metrics_over_tls(port: int) -> str:
+    """GET https://127.0.0.1:<port>/metrics of the scheduler or KCM. Their serving certificates are
+    self-signed at start and ``/metrics`` is an always-allowed path (controlplane.py), so this
+    loopback read verifies no certificate and sends no credentials."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10) as resp:
+        return str(resp.read(8 << 20).decode())
+
+
+def component_feature_gates(
+    cp: ControlPlane, client: KubeClient, node_name: str
+) -> dict[str, dict[str, bool]]:
+    """Each component's feature gates as it reports them: kube-apiserver, kube-scheduler,
+    kube-controller-manager, and the kubelet of ``node_name`` (through the API server's node proxy)."""
+    return {
+        "kube-apiserver": enabled_feature_gates(str(client.get("/metrics")["text"])),
+        "kube-scheduler": enabled_feature_gates(_metrics_over_tls(cp.ports.scheduler)),
+        "kube-controller-manager": enabled_feature_gates(_metrics_over_tls(cp.ports.controller_manager)),
+        "kubelet": enabled_feature_gates(str(client.get(f"/api/v1/nodes/{node_name}/proxy/metrics")["text"])),
+    }
+
+
+def resource_slice(
+    name: str, driver: str, node_name: str, devices: Sequence[Mapping[str, Any]], *, generation: int = 1
+) -> JSON:
+    """A ResourceSlice of one pool named after the node, as a driver on that node publishes it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
+            "devices": [dict(d) for d in devices],
+        },
+    }
+
+
+def device_class(name: str, driver: str, *, extended_resource_name: str = "") -> JSON:
+    """A DeviceClass selecting every device of ``driver``."""
+    spec: JSON = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+    if extended_resource_name:
+        spec["extendedResourceName"] = extended_resource_name
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def claim_template(
+    name: str,
+    class_name: str,
+    *,
+    request: str = "device",
+    selectors: Sequence[str] = (),
+    capacity: Mapping[str, str] | None = None,
+    count: int = 1,
+) -> JSON:
+    """A ResourceClaimTemplate asking for ``count`` devices of ``class_name`` in one request;
+    ``selectors`` are CEL expressions, ``capacity`` what the claim consumes of a shared device."""
+    exactly: JSON = {"deviceClassName": class_name, "allocationMode": "ExactCount", "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if capacity:
+        exactly["capacity"] = {"requests": dict(capacity)}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}}},
+    }
+
+
+def with_claims(pod: Mapping[str, Any], templates: Mapping[str, str]) -> JSON:
+    """``pod`` (one container) with a claim per entry of ``templates`` (claim name in the pod ->
+    ResourceClaimTemplate name), each given to the container."""
+    spec = dict(pod["spec"])
+    container = dict(spec["containers"][0])
+    resources = dict(container.get("resources", {}))
+    resources["claims"] = [{"name": n} for n in templates]
+    container["resources"] = resources
+    spec["containers"] = [container, *spec["containers"][1:]]
+    spec["resourceClaims"] = [{"name": n, "resourceClaimTemplateName": t} for n, t in templates.items()]
+    return {**pod, "spec": spec}
+
+
+def claim_path(namespace: str, name: str = "") -> str:
+    base = f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims"
+    return f"{base}/{name}" if name else base
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Claim name in the pod -> the ResourceClaim that KCM generated for it (once it did)."""
+    return {
+        s["name"]: s["resourceClaimName"]
+        for s in pod.get("status", {}).get("resourceClaimStatuses", [])
+        if s.get("resourceClaimName")
+    }
+
+
+def wait_claim_allocated(
+    client: KubeClient, namespace: str, pod_name: str, claim: str, timeout: float = 60
+) -> JSON:
+    """The ResourceClaim generated for the pod's ``claim`` once the scheduler allocated it; the
+    failure says whether the claim was never generated or never allocated, and the pod's state."""
+    pods = f"/api/v1/namespaces/{namespace}/pods/{pod_name}"
+
+    def allocated() -> JSON | None:
+        name = pod_claim_names(client.get(pods)).get(claim)
+        if not name:
+            return None
+        obj = client.get(claim_path(namespace, name))
+        return obj if obj.get("status", {}).get("allocation") else None
+
+    try:
+        return wait_for(f"claim {claim} of pod {namespace}/{pod_name} allocated", allocated, timeout=timeout)
+    except TimeoutError as error:
+        pod = client.get(pods)
+        name = pod_claim_names(pod).get(claim)
+        state = (
+            f"generated as {name}, not allocated"
+            if name
+            else "not generated (KCM's resourceclaim-controller)"
+        )
+        conditions = pod.get("status", {}).get("conditions", [])
+        raise AssertionError(f"{error}: {state}; pod conditions {conditions}") from None
+
+
+def events(client: KubeClient, namespace: str, name: str) -> list[JSON]:
+    """The events about object ``name`` in ``namespace``, oldest first."""
+    found = client.get(
+        f"/api/v1/namespaces/{namespace}/events?fieldSelector={quote(f'involvedObject.name={name}')}"
+    )
+    return sorted(found["items"], key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+def wait_event(client: KubeClient, namespace: str, name: str, reason: str, timeout: float = 60) -> JSON:
+    """The first event with ``reason`` about ``name``; the failure lists the events there were."""
+    try:
+        return wait_for(
+            f"a {reason} event about {namespace}/{name}",
+            lambda: next((e for e in events(client, namespace, name) if e.get("reason") == reason), None),
+            timeout=timeout,
+        )
+    except TimeoutError as error:
+        seen = [f"{e.get('reason')}: {e.get('message')}" for e in events(client, namespace, name)]
+        raise AssertionError(f"{error}; events: {seen}") from None
+
+
+def _collection(obj: Mapping[str, Any]) -> str:
+    kind = str(obj["kind"])
+    plural = {"ResourceSlice": "resourceslices", "DeviceClass": "deviceclasses"}.get(kind)
+    if plural:
+        return f"{RESOURCE_API}/{plural}"
+    if kind == "ResourceClaimTemplate":
+        namespace = obj["metadata"].get("namespace", "default")
+        return f"{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates"
+    raise ValueError(f"created(): no collection known for kind {kind!r}")
+
+
+@contextmanager
+def created(client: KubeClient, objects: Sequence[Mapping[str, Any]]) -> Iterator[list[JSON]]:
+    """Create ``objects`` (ResourceSlices, DeviceClasses, ResourceClaimTemplates) in order; delete
+    them in reverse order afterwards, also when the test failed. Yields what the API server returned."""
+    made: list[tuple[str, JSON]] = []
+    try:
+        for obj in objects:
+            collection = _collection(obj)
+            made.append((collection, client.create(collection, obj)))
+        yield [obj for _, obj in made]
+    finally:
+        for collection, obj in reversed(made):
+            client.delete_if_present(f"{collection}/{obj['metadata']['name']}")
