@@ -9,16 +9,19 @@ the GPU driver's tests publish nothing and read what the driver did.
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, KubeClient, wait_for
+from k8stest.node.config import NodeLayout
 
 __all__ = [
     "DRA_FEATURE_GATES",
@@ -248,3 +251,82 @@ def created(client: KubeClient, objects: Sequence[Mapping[str, Any]]) -> Iterato
     finally:
         for collection, obj in reversed(made):
             client.delete_if_present(f"{collection}/{obj['metadata']['name']}")
+
+
+# ----- what a driver left on the node and in the API ------------------------------------------
+
+
+def node_slices(client: KubeClient, node_name: str, driver: str) -> list[JSON]:
+    """The ResourceSlices of ``driver`` for ``node_name`` (API field selectors, so others' are not read)."""
+    selector = quote(f"spec.nodeName={node_name},spec.driver={driver}")
+    return list(client.get(f"{RESOURCE_API}/resourceslices?fieldSelector={selector}")["items"])
+
+
+def published_devices(client: KubeClient, node_name: str, driver: str) -> dict[str, JSON]:
+    """Device name -> device as ``driver`` publishes it for ``node_name``: the slices of the
+    pool's newest generation only (older ones are being replaced, the scheduler ignores them)."""
+    slices = node_slices(client, node_name, driver)
+    newest = max((s["spec"]["pool"]["generation"] for s in slices), default=0)
+    return {
+        d["name"]: d
+        for s in slices
+        if s["spec"]["pool"]["generation"] == newest
+        for d in s["spec"].get("devices", [])
+    }
+
+
+def allocated_devices(claim: Mapping[str, Any]) -> list[str]:
+    """The devices (``<pool>/<device>``) allocated to a claim, in result order."""
+    results = claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+    return [f"{r['pool']}/{r['device']}" for r in results]
+
+
+def claim_cdi_files(cdi_dir: Path, driver: str) -> list[str]:
+    """The per-claim CDI spec files of ``driver`` in a node's CDI directory (host side)."""
+    return sorted(p.name for p in cdi_dir.glob(f"k8s.{driver}-claim_*.yaml"))
+
+
+def checkpoint_claims(plugins_dir: Path, driver: str) -> set[str]:
+    """The claim UIDs in ``driver``'s checkpoint (``<plugins dir>/<driver>/checkpoint.json``);
+    none when the file does not exist. Read as plain JSON so a fault of the driver's own decoder
+    cannot hide an entry."""
+    path = plugins_dir / driver / "checkpoint.json"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return set()
+    try:
+        claims = json.loads(text)["claims"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise AssertionError(f"{path}: not a checkpoint with a claims object ({error})") from None
+    return set(claims)
+
+
+def leftovers(node_layout: NodeLayout, driver: str, claim_uids: Sequence[str] = ()) -> list[str]:
+    """What ``driver`` still holds on the node for ``claim_uids`` (every claim when empty): CDI spec
+    files and checkpoint entries, each named."""
+    found = []
+    for name in claim_cdi_files(node_layout.cdi_run_dir, driver):
+        uid = name.removeprefix(f"k8s.{driver}-claim_").removesuffix(".yaml")
+        if not claim_uids or uid in claim_uids:
+            found.append(f"CDI spec {node_layout.cdi_run_dir / name}")
+    for uid in sorted(checkpoint_claims(node_layout.plugins_dir, driver)):
+        if not claim_uids or uid in claim_uids:
+            found.append(f"checkpoint entry {uid} in {node_layout.plugins_dir / driver / 'checkpoint.json'}")
+    return found
+
+
+def device_health(pod: Mapping[str, Any]) -> dict[str, str]:
+    """``<driver>/<pool>/<device>`` -> health, as the kubelet reports it in the pod's container
+    statuses (``allocatedResourcesStatus``, ResourceHealthStatus)."""
+    health = {}
+    for container in pod.get("status", {}).get("containerStatuses", []):
+        for resource in container.get("allocatedResourcesStatus") or []:
+            for item in resource.get("resources") or []:
+                health[str(item["resourceID"])] = str(item.get("health", ""))
+    return health
+
+
+def drm_nodes(sys_dir: Path, card: str) -> set[str]:
+    """The DRM device nodes (``cardN``, ``renderD<M>``) of ``card`` as a node's sysfs lists them."""
+    return {p.name for p in (sys_dir / "class" / "drm" / card / "device" / "drm").iterdir()}
