@@ -46,6 +46,9 @@ from k8stest.node import (
     workload_pod,
 )
 from k8stest.node.dra import (
+    DRA_NODE_CARDS,
+    DRA_NODE_NAME,
+    DRA_NODE_PROFILE,
     allocated_devices,
     checkpoint_claims,
     claim_cdi_files,
@@ -67,38 +70,10 @@ from k8stest.pytest_plugin import _unavailable
 pytestmark = pytest.mark.k8s
 
 PODS = "/api/v1/namespaces/default/pods"
-NODE = "k8stest-dra-node"
+NODE = DRA_NODE_NAME
 DRIVER = "gpu.intel.com"
 GIB = 1 << 30
-# The GPUs differ the way selectors tell them apart: kernel driver, PCI device ID, local memory.
-PROFILE = f"""
-[node]
-name = "{NODE}"
-# card0, card1: Arc A770, 16 GiB
-[[gpu]]
-driver = "i915"
-count = 2
-device_id = "0x56a0"
-memory_bytes = {16 * GIB}
-# card2: Arc A380, 6 GiB
-[[gpu]]
-driver = "i915"
-count = 1
-device_id = "0x56a5"
-memory_bytes = {6 * GIB}
-# card3: Arc B580 on xe, 12 GiB
-[[gpu]]
-driver = "xe"
-count = 1
-device_id = "0xe20b"
-memory_bytes = {12 * GIB}
-# card4: no local memory (as an integrated GPU)
-[[gpu]]
-driver = "i915"
-count = 1
-device_id = "0x4680"
-"""
-CARDS = {"card0", "card1", "card2", "card3", "card4"}
+CARDS = set(DRA_NODE_CARDS)
 # Every script lists the DRM device nodes the container got.
 LIST_DRI = 'for f in /dev/dri/*; do [ -c "$f" ] && echo "dri ${f#/dev/dri/}"; done; true'
 
@@ -110,14 +85,14 @@ def dra_node(
     node_images: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RealNode]:
-    """A node of its own with :data:`PROFILE`'s GPUs and the project's node image; no device plugin
-    runs there. The last test stops and deletes it; otherwise that happens here."""
+    """A node of its own with ``DRA_NODE_PROFILE``'s GPUs and the project's node image; no device
+    plugin runs there. The last test stops and deletes it; otherwise that happens here."""
     archive = node_image_archive()
     if archive is None:
         _unavailable("no node image archive (node-*.oci.tar): run `make images`")
     assert archive is not None
     work = tmp_path_factory.mktemp("dra-node")
-    build_node(parse_node_spec(PROFILE, "PROFILE"), work / "sim")
+    build_node(parse_node_spec(DRA_NODE_PROFILE, "DRA_NODE_PROFILE"), work / "sim")
     node = start_real_node(
         node_binaries,
         node_control_plane,

@@ -25,16 +25,27 @@ from k8stest.node.config import NodeLayout
 
 __all__ = [
     "DRA_FEATURE_GATES",
+    "DRA_NODE_CARDS",
+    "DRA_NODE_NAME",
+    "DRA_NODE_PROFILE",
     "KUBELET_DRA_FEATURE_GATES",
     "RESOURCE_API",
+    "allocated_devices",
+    "checkpoint_claims",
+    "claim_cdi_files",
     "claim_path",
     "claim_template",
     "component_feature_gates",
     "created",
     "device_class",
+    "device_health",
+    "drm_nodes",
     "enabled_feature_gates",
     "events",
+    "leftovers",
+    "node_slices",
     "pod_claim_names",
+    "published_devices",
     "resource_slice",
     "wait_claim_allocated",
     "wait_event",
@@ -42,6 +53,38 @@ __all__ = [
 ]
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
+
+# A node for the GPU DRA driver's end-to-end tests and benchmark: its GPUs differ the way claims'
+# selectors tell them apart (kernel driver, PCI device ID, local memory), and it has nothing else.
+DRA_NODE_NAME = "k8stest-dra-node"
+DRA_NODE_PROFILE = f"""
+[node]
+name = "{DRA_NODE_NAME}"
+# card0, card1: Arc A770, 16 GiB
+[[gpu]]
+driver = "i915"
+count = 2
+device_id = "0x56a0"
+memory_bytes = {16 << 30}
+# card2: Arc A380, 6 GiB
+[[gpu]]
+driver = "i915"
+count = 1
+device_id = "0x56a5"
+memory_bytes = {6 << 30}
+# card3: Arc B580 on xe, 12 GiB
+[[gpu]]
+driver = "xe"
+count = 1
+device_id = "0xe20b"
+memory_bytes = {12 << 30}
+# card4: no local memory, as an integrated GPU
+[[gpu]]
+driver = "i915"
+count = 1
+device_id = "0x4680"
+"""
+DRA_NODE_CARDS = ("card0", "card1", "card2", "card3", "card4")
 
 # The DRA features the project's drivers use, each on by default in Kubernetes 1.37
 # (k8s.io/kubernetes@v1.37.2 pkg/features/kube_features.go): DynamicResourceAllocation GA,
