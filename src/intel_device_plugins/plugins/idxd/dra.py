@@ -18,7 +18,7 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.model import CdiDevice, Health
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
-from intel_device_plugins.dra.pci import pci_attributes
+from intel_device_plugins.dra.placement import placement_attributes
 from intel_device_plugins.dra.profile import default_claim_edits
 from intel_device_plugins.plugins.idxd.discovery import (
     IdxdKind,
@@ -65,9 +65,7 @@ def queue_device(prefix: str, kind: IdxdKind, queue: WorkQueue, problems: list[s
     except TopologyError as error:
         problems.append(f"{queue.device}: {error}; no NUMA node published")
         numa = ()
-    if len(numa) == 1:
-        attributes["numaNode"] = numa[0]
-    attributes.update(pci_attributes(prefix, accelerator_dir[len(prefix) :]))
+    attributes.update(placement_attributes(prefix, accelerator_dir[len(prefix) :], numa))
     nodes, problem = user_queue_nodes(prefix, kind, queue)
     health = Health.HEALTHY
     if problem:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT
-from intel_device_plugins.dra.pci import pci_attributes, pci_attributes_of_path
+from intel_device_plugins.dra.placement import pci_attributes, pci_attributes_of_path
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The standard PCI attributes of a device, from where its sysfs directory really lives.
+"""Where a device sits: the standard PCI attributes and its NUMA node, as DRA attributes.
 
 ``resource.kubernetes.io/pciBusID`` is the PCI function's address and
 ``resource.kubernetes.io/pcieRoot`` the root complex it hangs off (``pci0000:00``); the scheduler
@@ -38,3 +38,20 @@ def pci_attributes(prefix: str, device_dir: str) -> dict[str, AttributeValue]:
     """:func:`pci_attributes_of_path` for a sysfs directory below ``prefix`` (``-prefix`` as everywhere)."""
     sys_devices = os.path.realpath(prefix + "/sys/devices")
     return pci_attributes_of_path(os.path.realpath(prefix + device_dir), sys_devices)
+
+
+NUMA_NODE = "numaNode"
+"""In the driver's domain: Kubernetes defines no standard NUMA attribute."""
+
+
+def placement_attributes(
+    prefix: str, device_dir: str, numa_nodes: tuple[int, ...]
+) -> dict[str, AttributeValue]:
+    """PCI bus ID and root of ``device_dir`` (below ``prefix``) and, when it is exactly one, its NUMA node.
+
+    ``numa_nodes`` comes from the discovery that found the device, which already looked it up.
+    """
+    attributes = pci_attributes(prefix, device_dir)
+    if len(numa_nodes) == 1:
+        attributes[NUMA_NODE] = numa_nodes[0]
+    return attributes
