@@ -13,6 +13,7 @@ Two shapes, as the plugin's modes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,10 +55,9 @@ def _port_node(prefix: str, port: Port) -> DeviceNode:
 def _placement(prefix: str, ports: Sequence[Port], numa: NumaCache) -> dict[str, AttributeValue]:
     nodes: set[int] = set()
     for port in ports:
-        try:
+        # Discovery already reports unreadable topology; the device is then published without it.
+        with contextlib.suppress(TopologyError):
             nodes.update(numa(port.pci_dir))
-        except TopologyError:
-            pass  # discovery already reports unreadable topology; the device is published without it
     return placement_attributes(prefix, ports[0].pci_dir[len(prefix) :], tuple(sorted(nodes)))
 
 
