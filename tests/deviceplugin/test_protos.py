@@ -62,11 +62,19 @@ def test_pod_resources_wire_names() -> None:
 
 def test_dra_wire_names() -> None:
     """The kubelet calls these full names; the registration strings are ``<package>.<service>``."""
-    assert dra.DESCRIPTOR.services_by_name["DRAPlugin"].full_name == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+    assert (
+        dra.DESCRIPTOR.services_by_name["DRAPlugin"].full_name == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+    )
     methods = set(dra.DESCRIPTOR.services_by_name["DRAPlugin"].methods_by_name)
     assert methods == {"NodePrepareResources", "NodeUnprepareResources"}
     fields = {f.name: f.number for f in dra.Device.DESCRIPTOR.fields}
-    assert fields == {"request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4, "share_id": 5}
+    assert fields == {
+        "request_names": 1,
+        "pool_name": 2,
+        "device_name": 3,
+        "cdi_device_ids": 4,
+        "share_id": 5,
+    }
     assert {f.name: f.number for f in dra.Claim.DESCRIPTOR.fields} == {"namespace": 1, "uid": 2, "name": 3}
     for module, package in ((health, "v1"), (health_alpha, "v1alpha1")):
         service = module.DESCRIPTOR.services_by_name["DRAResourceHealth"]

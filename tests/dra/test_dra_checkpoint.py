@@ -14,7 +14,7 @@ from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError, dec
 from intel_device_plugins.dra.model import ClaimRef, PreparedClaim, PreparedDevice
 from tests.dra.draclaims import DRIVER
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
 _device = st.builds(
     PreparedDevice,
     requests=st.tuples(_text),
