@@ -2,9 +2,13 @@
 answer a repeated prepare identically and unprepare what an earlier process prepared.
 
 One JSON file per driver, ``<plugins dir>/<driver>/checkpoint.json``, claims keyed by UID. Writes are
-atomic (temporary file, fsync, rename, fsync of the directory), so a crash leaves the old or the new
-file, never half of one. Two instances of a driver run side by side during a rolling update and share
-the file: every change is a read-modify-write under an exclusive ``flock`` on a lock file beside it.
+atomic (temporary file, fsync, rename: what the kubelet's own checkpoint store does), so a crash leaves
+the old or the new file, never half of one. The directory is not fsynced: a power cut may then bring
+back the previous file, which is whole, and what a lost entry described (a spec under the CDI root,
+a tmpfs) is gone with the reboot too. Two instances of a driver run side by side during a rolling
+update and share the file: every change is a read-modify-write under an exclusive ``flock`` on a lock
+file beside it. What was read or written last is kept with the file's identity (inode, size, change
+time), so a file nobody else changed is not parsed again.
 ``encode``/``decode`` are pure; :class:`Checkpoint` is the only part that touches the disk.
 """
 
@@ -134,6 +138,16 @@ class Checkpoint:
     def __init__(self, path: Path, driver: str) -> None:
         self.path = path
         self.driver = driver
+        self._known: tuple[tuple[int, int, int, int], dict[str, PreparedClaim]] | None = None
+
+    def _identity(self) -> tuple[int, int, int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {error.strerror}") from error
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
     @classmethod
     def for_driver(cls, plugins_dir: Path, driver: str) -> Checkpoint:
@@ -142,6 +156,11 @@ class Checkpoint:
 
     def load(self) -> dict[str, PreparedClaim]:
         """The claims on disk; none when there is no file yet."""
+        identity = self._identity()
+        if identity is None:
+            return {}
+        if self._known is not None and self._known[0] == identity:
+            return dict(self._known[1])
         try:
             with open(self.path, "rb") as file:
                 data = file.read(MAX_BYTES + 1)
@@ -151,7 +170,9 @@ class Checkpoint:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {error.strerror}") from error
         if len(data) > MAX_BYTES:
             raise CheckpointError(f"checkpoint {self.path} is larger than {MAX_BYTES} bytes")
-        return decode(data, os.fspath(self.path), self.driver)
+        claims = decode(data, os.fspath(self.path), self.driver)
+        self._known = (identity, claims)
+        return dict(claims)
 
     def save(self, claims: Mapping[str, PreparedClaim]) -> None:
         """Replace the file with ``claims``, atomically."""
@@ -169,15 +190,12 @@ class Checkpoint:
             finally:
                 os.close(fd)
             os.replace(temporary, self.path)
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)  # the rename itself survives a power cut
-            finally:
-                os.close(dir_fd)
         except OSError as error:
             with contextlib.suppress(OSError):
                 temporary.unlink(missing_ok=True)
             raise CheckpointError(f"cannot write checkpoint {self.path}: {error.strerror}") from error
+        identity = self._identity()
+        self._known = None if identity is None else (identity, dict(claims))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
