@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,17 @@ _device = st.builds(
     share_id=st.none() | _text,
 )
 _uids = st.from_regex(r"[a-f0-9]{1,8}", fullmatch=True)
+
+
+def _add(uid: str) -> Callable[[dict[str, PreparedClaim]], None]:
+    return lambda claims: claims.update({uid: _claim(uid)})
+
+
+def _drop(uid: str) -> Callable[[dict[str, PreparedClaim]], None]:
+    def drop(claims: dict[str, PreparedClaim]) -> None:
+        del claims[uid]
+
+    return drop
 
 
 def _claim(uid: str, devices: tuple[PreparedDevice, ...] = (), files: tuple[str, ...] = ()) -> PreparedClaim:
@@ -58,32 +69,76 @@ def test_update_writes_only_changes_and_sees_the_other_instance(tmp_path: Path) 
     assert first.path.stat().st_ino == inode  # nothing changed, nothing written
 
 
+HEADER = b'{"driver":"gpu.example.com","version":1}\n'
+PREPARED_U = b'{"prepared":{"uid":"u","namespace":"n","name":"c","devices":[],"cdiSpecFiles":[]}}\n'
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"{not json", r"is not valid JSON"),
-        (b"[]", r"is not a JSON object"),
-        (b'{"version": 9, "driver": "gpu.example.com", "claims": {}}', r"has version 9; this driver reads 1"),
-        (b'{"version": 1, "driver": "other", "claims": {}}', r"belongs to driver 'other'"),
-        (b'{"version": 1, "driver": "gpu.example.com", "claims": []}', r"claims is not an object"),
+        (b"", r"is empty"),
+        (b'{"driver":', r"has no complete header line"),
+        (b"{not json\n", r"line 1 is not valid JSON"),
+        (b"[]\n", r"line 1 is not a JSON object"),
+        (b'{"version": 9, "driver": "gpu.example.com"}\n', r"has version 9; this driver reads 1"),
+        (b'{"version": 1, "driver": "other"}\n', r"belongs to driver 'other'"),
+        (HEADER + b"{broken\n" + PREPARED_U, r"line 2 is not valid JSON"),
+        (HEADER + PREPARED_U + b'{"other": 1}\n', r"line 3 is neither a prepared nor an unprepared record"),
         (
-            b'{"version": 1, "driver": "gpu.example.com", "claims": {"u": {"namespace": "n", "name": "c",'
-            b' "devices": [], "cdiSpecFiles": ["../../etc/passwd"]}}}',
-            r"claims\[u\].cdiSpecFiles: '../../etc/passwd' is not a plain file name",
+            HEADER + PREPARED_U.replace(b'"cdiSpecFiles":[]', b'"cdiSpecFiles":["../../etc/passwd"]'),
+            r"line 2: prepared.cdiSpecFiles: '../../etc/passwd' is not a plain file name",
         ),
         (
-            b'{"version": 1, "driver": "gpu.example.com", "claims": {"u": {"namespace": "n", "name": "c",'
-            b' "devices": [{"requests": "gpu"}]}}}',
-            r"claims\[u\].devices\[0\].requests is not a list of strings",
+            HEADER + PREPARED_U.replace(b'"devices":[]', b'"devices":[{"requests":"gpu"}]'),
+            r"line 2: prepared.devices\[0\].requests is not a list of strings",
         ),
     ],
 )
-def test_unreadable_checkpoint_names_file_and_field(tmp_path: Path, content: bytes, message: str) -> None:
+def test_unreadable_checkpoint_names_file_line_and_field(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
     checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
     checkpoint.path.parent.mkdir(parents=True)
     checkpoint.path.write_bytes(content)
     with pytest.raises(CheckpointError, match=f"checkpoint {checkpoint.path}.*{message}"):
         checkpoint.load()
+
+
+def test_changes_are_appended_as_one_line_each(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.update(lambda claims: claims.update(a=_claim("a")))
+    inode = checkpoint.path.stat().st_ino
+    lines = checkpoint.path.read_bytes().count(b"\n")
+    checkpoint.update(lambda claims: claims.update(b=_claim("b")))
+    checkpoint.update(_drop("a"))
+    assert checkpoint.path.stat().st_ino == inode  # appended, not replaced
+    assert checkpoint.path.read_bytes().count(b"\n") == lines + 2
+    assert set(Checkpoint(checkpoint.path, DRIVER).load()) == {"b"}
+
+
+def test_the_file_is_compacted_when_records_outnumber_claims(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.update(lambda claims: claims.update(keep=_claim("keep")))
+    longest = 0
+    for round_ in range(200):
+        uid = f"r{round_}"
+        checkpoint.update(_add(uid))
+        checkpoint.update(_drop(uid))
+        longest = max(longest, checkpoint.path.read_bytes().count(b"\n"))
+    assert longest <= 1 + 2 * 1 + 64 + 1  # header, bound, and the record that tipped it
+    assert set(Checkpoint(checkpoint.path, DRIVER).load()) == {"keep"}
+
+
+def test_a_cut_short_last_record_is_ignored_and_rewritten_by_the_next_change(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.update(lambda claims: claims.update(a=_claim("a")))
+    with open(checkpoint.path, "ab") as file:
+        file.write(b'{"prepared":{"uid":"b","namesp')  # the power went during an append
+    fresh = Checkpoint(checkpoint.path, DRIVER)
+    assert set(fresh.load()) == {"a"}
+    fresh.update(lambda claims: claims.update(c=_claim("c")))
+    assert checkpoint.path.read_bytes().endswith(b"\n")
+    assert set(Checkpoint(checkpoint.path, DRIVER).load()) == {"a", "c"}
 
 
 def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
@@ -96,5 +151,5 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> No
     with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*/file/checkpoint.json"):
         blocked.save({"a": _claim("a")})
     assert checkpoint.path.read_bytes() == before
-    assert json.loads(before)["claims"]["a"]["name"] == "c-a"
+    assert Checkpoint(checkpoint.path, DRIVER).load() == {"a": _claim("a")}
     assert sorted(p.name for p in checkpoint.path.parent.iterdir()) == ["checkpoint.json"]
