@@ -254,7 +254,10 @@ class KubeletService:
     # ----- health --------------------------------------------------------------------------------
 
     def inventory_changed(self, inventory: Inventory) -> None:
-        """Tell open health streams about ``inventory`` when its health differs from the last report."""
+        """Tell open health streams about ``inventory`` when its health differs from the last report.
+
+        Call it on the event loop's thread (the streams wait on an ``asyncio.Event``).
+        """
         report = health_report(inventory)
         if report == self._health:
             return
