@@ -104,3 +104,31 @@ def test_exactly_this_drivers_results_survive_in_order(entries: list[tuple[str, 
     expected = [(name, request.split("/")[0]) for name, driver, request in entries if driver == DRIVER]
     assert [(device.device, device.request) for device in found] == expected
     assert document == pristine  # the claim is read, never changed
+
+
+def test_opaque_configuration_of_this_driver_reaches_the_requests_it_names_class_entries_first() -> None:
+    allocated = claim(UID, result("card0", request="gpu"), result("card1", request="other/small"))
+    allocated["status"]["allocation"]["devices"]["config"] = [
+        {
+            "source": "FromClaim",
+            "requests": ["gpu"],
+            "opaque": {"driver": DRIVER, "parameters": {"afuId": "claim"}},
+        },
+        {"source": "FromClaim", "opaque": {"driver": "net.example.com", "parameters": {"x": 1}}},
+        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"afuId": "class"}}},
+        {
+            "source": "FromClaim",
+            "requests": ["other/small"],
+            "opaque": {"driver": DRIVER, "parameters": {"b": 2}},
+        },
+    ]
+    gpu, other = allocated_devices(allocated, REF, DRIVER, NODE)
+    assert gpu.config == ('{"afuId": "class"}', '{"afuId": "claim"}')
+    assert other.config == ('{"afuId": "class"}', '{"b": 2}')
+
+
+def test_configuration_that_is_not_a_list_is_refused_naming_the_field() -> None:
+    allocated = claim(UID, result("card0"))
+    allocated["status"]["allocation"]["devices"]["config"] = {"opaque": {}}
+    with pytest.raises(ClaimError, match=r"status.allocation.devices.config is not a list"):
+        allocated_devices(allocated, REF, DRIVER, NODE)

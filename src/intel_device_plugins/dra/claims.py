@@ -8,8 +8,10 @@ other pool cannot be prepared here. Every error names the claim and the field.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from intel_device_plugins.dra.model import AllocatedDevice, ClaimRef
@@ -84,6 +86,28 @@ def _result(entry: object, where: str) -> AllocatedDevice:
     )
 
 
+def _opaque_configs(devices: Mapping[str, Any], driver: str, where: str) -> list[tuple[frozenset[str], str]]:
+    """(requests it applies to, empty for all; parameters as JSON) of ``driver``'s opaque entries in
+    ``status.allocation.devices.config``, the class's entries before the claim's."""
+    entries = devices.get("config") or []
+    if not isinstance(entries, list):
+        raise ClaimError(f"{where}.config is not a list")
+    found: list[tuple[int, frozenset[str], str]] = []
+    for index, entry in enumerate(entries):
+        item = _mapping(entry, f"{where}.config[{index}]")
+        opaque = item.get("opaque")
+        if opaque is None or _mapping(opaque, f"{where}.config[{index}].opaque").get("driver") != driver:
+            continue
+        requests = item.get("requests") or []
+        if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
+            raise ClaimError(f"{where}.config[{index}].requests is not a list of names")
+        rank = 0 if item.get("source") == "FromClass" else 1
+        parameters = json.dumps(opaque.get("parameters"), sort_keys=True)
+        found.append((rank, frozenset(requests), parameters))
+    found.sort(key=lambda entry: entry[0])  # stable: the API's order within each source is kept
+    return [(requests, parameters) for _, requests, parameters in found]
+
+
 def allocated_devices(
     claim: Mapping[str, Any], ref: ClaimRef, driver: str, pool: str
 ) -> tuple[AllocatedDevice, ...]:
@@ -111,12 +135,21 @@ def allocated_devices(
         raise ClaimError(
             f"{label}: status.allocation.devices.results has {len(results)} entries, over {MAX_RESULTS}"
         )
+    configs = _opaque_configs(devices, driver, f"{label}: status.allocation.devices")
     ours: list[AllocatedDevice] = []
     for index, entry in enumerate(results):
         where = f"{label}: status.allocation.devices.results[{index}]"
         if _mapping(entry, where).get("driver") != driver:
             continue
         result = _result(entry, where)
+        full_request = str(_mapping(entry, where).get("request"))
+        config = tuple(
+            parameters
+            for requests, parameters in configs
+            if not requests or full_request in requests or result.request in requests
+        )
+        if config:
+            result = replace(result, config=config)
         if result.pool != pool:
             raise ClaimError(
                 f"{where}.pool is {result.pool!r}: driver {driver} on this node serves pool {pool!r} only"
