@@ -329,6 +329,11 @@ def _device_taints(driver: str, device: Device) -> tuple[Taint, ...]:
     return (*device.taints, unhealthy_taint(driver, device.health_message or "unhealthy"))
 
 
+def _natural(name: str) -> tuple[tuple[int, str], ...]:
+    """``card2`` before ``card10``: slices list devices as people count them."""
+    return tuple((int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", name))
+
+
 def _pack(
     devices: Sequence[tuple[Device, tuple[Taint, ...]]],
 ) -> list[list[tuple[Device, tuple[Taint, ...]]]]:
@@ -370,7 +375,7 @@ def desired_slices(
             raise SliceError(f"{where}: listed twice")
         _check_counters(cs.counters, where)
         counter_sets[cs.name] = cs
-    devices = sorted(inventory.devices, key=lambda d: d.name)
+    devices = sorted(inventory.devices, key=lambda d: (_natural(d.name), d.name))
     entries: list[tuple[Device, tuple[Taint, ...]]] = []
     for i, device in enumerate(devices):
         if i and devices[i - 1].name == device.name:
