@@ -193,6 +193,7 @@ class SlicePublisher:
     async def _sync(self) -> SlicePlan | None:
         async with self._lock:
             last: BaseException | None = None
+            node_checked = False
             for _ in range(MAX_ATTEMPTS):
                 inventory = self._inventory
                 if inventory is None:
@@ -204,6 +205,11 @@ class SlicePublisher:
                 todo = plan(self._held.values(), desired)
                 if todo.empty:
                     return None
+                if todo.creates and not node_checked:
+                    # A slice to create may be one the garbage collector took with a deleted node: own
+                    # nothing by a node that is gone (get raises 404), nor by its predecessor's UID.
+                    node_checked, self._node_uid = True, None
+                    continue
                 try:
                     await self._apply(todo)
                     return todo
