@@ -1,0 +1,181 @@
+"""DRA driver start to ResourceSlices published, on a real control plane, against a floor.
+
+Starts a private control plane (pinned kube-apiserver, KCM, scheduler, kwok) and one kwok node, then for
+``--runs`` rounds measures, interleaved so load drifts hit both alike:
+
+- ``publish``: what a driver does when it starts: a new lightkube client from the kubeconfig, a
+  ``SlicePublisher`` and ``publish()`` of 16 GPU-like devices (typed attributes, shareable memory and
+  millicores capacities), until the call returns with the slice stored. That is a Node GET (owner UID),
+  a ResourceSlice LIST and a CREATE; the node's slices are deleted before each round.
+- ``floor``: a new client and one bare CREATE of an equal slice (the same content under another name and
+  driver),
+  the least any publisher could do.
+
+Prints p50/p95/min of each and the ratio of the medians, as Markdown.
+
+    .venv/bin/python bench/bench_dra_publish.py --runs 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceSlice
+
+from intel_device_plugins.dra.model import (
+    STANDARD_PCI_BUS_ID,
+    STANDARD_PCIE_ROOT,
+    Capacity,
+    Device,
+    Inventory,
+    RequestPolicy,
+)
+from intel_device_plugins.dra.publisher import SlicePublisher
+from intel_device_plugins.dra.slices import desired_slices
+from k8stest.binaries import find_binaries
+from k8stest.controlplane import running_control_plane
+from k8stest.kwok import create_kwok_nodes
+
+DRIVER = "gpu.intel.com"
+FLOOR_DRIVER = "gpu-floor.intel.com"
+CARDS = 16
+
+
+def gpu_inventory(cards: int) -> Inventory:
+    return Inventory(
+        devices=tuple(
+            Device(
+                name=f"card{i}",
+                attributes={
+                    "driver": "i915",
+                    "pciId": "0x56a0",
+                    "family": "Arc",
+                    "model": "A770",
+                    "numaNode": i % 2,
+                    "sriov": "none",
+                    STANDARD_PCI_BUS_ID: f"0000:{i + 3:02x}:00.0",
+                    STANDARD_PCIE_ROOT: f"pci0000:{i // 4:02x}",
+                },
+                capacity={
+                    "memory": Capacity("16Gi", RequestPolicy(default="16Gi")),
+                    "millicores": Capacity("1000", RequestPolicy(default="1000")),
+                },
+                allow_multiple_allocations=True,
+            )
+            for i in range(cards)
+        )
+    )
+
+
+async def own_slices(client: AsyncClient, node: str) -> list[str]:
+    fields: dict[str, Any] = {"spec.driver": DRIVER, "spec.nodeName": node}
+    return [
+        s.metadata.name
+        async for s in client.list(ResourceSlice, fields=fields)
+        if s.metadata and s.metadata.name
+    ]
+
+
+async def clear(client: AsyncClient, node: str) -> None:
+    for name in await own_slices(client, node):
+        await client.delete(ResourceSlice, name)
+    async for s in client.list(ResourceSlice, labels={"bench": "floor"}):
+        if s.metadata and s.metadata.name:
+            await client.delete(ResourceSlice, s.metadata.name)
+
+
+async def rounds(kubeconfig: Path, node: str, runs: int) -> dict[str, list[float]]:
+    inventory = gpu_inventory(CARDS)
+    admin = AsyncClient(config=KubeConfig.from_file(kubeconfig))
+    node_uid = (await admin.get(Node, node)).metadata.uid  # type: ignore[union-attr]
+    assert node_uid
+    (template,) = desired_slices(DRIVER, node, node_uid, inventory, generation=1)
+    times: dict[str, list[float]] = {"publish": [], "floor": []}
+    try:
+        for i in range(runs + 1):  # the first round warms caches on both sides and is not counted
+            await clear(admin, node)
+            order = ("publish", "floor") if i % 2 else ("floor", "publish")
+            for what in order:
+                t0 = time.perf_counter()
+                client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="bench")
+                if what == "publish":
+                    await SlicePublisher(client, DRIVER, node).publish(inventory)
+                else:
+                    body = {
+                        **template,
+                        "metadata": {
+                            **template["metadata"],
+                            "name": f"floor-{i}",
+                            "labels": {"bench": "floor"},
+                        },
+                        # Another driver: the publisher would take a slice of its own driver and node
+                        # for a stray one and delete it.
+                        "spec": {
+                            **template["spec"],
+                            "driver": FLOOR_DRIVER,
+                            "pool": {**template["spec"]["pool"], "name": f"floor-{i}"},
+                        },
+                    }
+                    await client.create(cast(ResourceSlice, ResourceSlice.from_dict(body)))
+                elapsed = time.perf_counter() - t0
+                await client.close()
+                if i:
+                    times[what].append(elapsed)
+            found = await own_slices(admin, node)
+            assert len(found) == 1, f"the publisher left {found}"
+        await clear(admin, node)
+    finally:
+        await admin.close()
+    return times
+
+
+def ms(values: list[float], q: float) -> str:
+    ordered = sorted(values)
+    return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000:.1f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    bins, reason = find_binaries()
+    if bins is None:
+        raise SystemExit(reason)
+    load = [os.getloadavg()[0]]
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-dra-") as tmp,
+        running_control_plane(bins, Path(tmp)) as cp,
+    ):
+        client = cp.client()
+        try:
+            (node,) = create_kwok_nodes(client, 1, prefix="bench-dra-")
+        finally:
+            client.close()
+        load.append(os.getloadavg()[0])
+        times = asyncio.run(rounds(cp.admin_kubeconfig, node, args.runs))
+        load.append(os.getloadavg()[0])
+    print(f"{CARDS} GPU-like devices, {args.runs} rounds, load average {min(load):.2f}-{max(load):.2f}\n")
+    print("| path | p50 ms | p95 ms | min ms |")
+    print("|---|---|---|---|")
+    for what, label in (("publish", "driver start → slices published"), ("floor", "one bare create")):
+        values = times[what]
+        print(f"| {label} | {ms(values, 0.5)} | {ms(values, 0.95)} | {min(values) * 1000:.1f} |")
+    ratio = statistics.median(times["publish"]) / statistics.median(times["floor"])
+    print(f"\nPublish p50 is {ratio:.2f}x the floor's.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
