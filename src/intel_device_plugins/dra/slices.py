@@ -17,6 +17,7 @@ Nothing changed means an empty plan.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -418,20 +419,31 @@ def desired_slices(
 
 def _drop_empty(value: Any) -> Any:
     """Absent, null, ``{}`` and ``[]`` mean the same to the API; compare them as the same."""
-    if isinstance(value, Mapping):
-        out = {k: _drop_empty(v) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v is not None and v != {} and v != []}
-    if isinstance(value, list):
+    if type(value) is dict:  # API objects are plain JSON; exact type tests keep plans cheap
+        out = {}
+        for k, v in value.items():
+            v = _drop_empty(v)
+            if v is not None and v != {} and v != []:
+                out[k] = v
+        return out
+    if type(value) is list:
         return [_drop_empty(v) for v in value]
     return value
 
 
-def _q(value: Any) -> Any:
-    """A quantity by value: the API server writes ``1000`` back as ``1k``."""
+@functools.lru_cache(maxsize=1024)
+def _parsed(value: str) -> Decimal | str:
+    """Parsing is most of a plan's cost, and a pool repeats the same few quantities."""
     try:
-        return parse_quantity(str(value)) if value is not None else None
+        parsed = parse_quantity(value)
     except ValueError:
         return value
+    return value if parsed is None else parsed
+
+
+def _q(value: Any) -> Any:
+    """A quantity by value: the API server writes ``1000`` back as ``1k``."""
+    return None if value is None else _parsed(str(value))
 
 
 def _canonical_counters(counters: Any) -> Any:
@@ -581,11 +593,20 @@ def plan(existing: Iterable[Mapping[str, Any]], desired: Sequence[Mapping[str, A
         else:
             deletes.append(name)
 
+    def content(spec: Mapping[str, Any]) -> Any:
+        return canonical_spec({k: v for k, v in spec.items() if k != "pool"})
+
+    # Canonical forms once per slice: comparing is most of a plan's cost.
+    same_content = {
+        name: content(obj.get("spec") or {}) == content(by_name[name]["spec"])
+        and _same_metadata(obj, by_name[name])
+        for name, obj in matched.items()
+    }
+
     def differs(name: str, generation: int) -> bool:
-        have, want = matched[name], _with_generation(by_name[name], generation)
-        return canonical_spec(have.get("spec") or {}) != canonical_spec(want["spec"]) or not _same_metadata(
-            have, want
-        )
+        pool = _drop_empty(dict((matched[name].get("spec") or {}).get("pool") or {}))
+        want = {**by_name[name]["spec"]["pool"], "generation": generation}
+        return not same_content[name] or pool != want
 
     wanted = max((_generation(d) for d in desired), default=0)
     new = [name for name in by_name if name not in matched]
