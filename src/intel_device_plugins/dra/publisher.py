@@ -198,6 +198,7 @@ class SlicePublisher:
                 inventory = self._inventory
                 if inventory is None:
                     return None
+                node_checked = node_checked or self._node_uid is None  # looked at in this sync
                 desired = desired_slices(self._driver, self._node_name, await self._uid(), inventory)
                 if self._held is None:
                     await self._relist()
