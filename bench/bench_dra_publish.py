@@ -7,6 +7,8 @@ Starts a private control plane (pinned kube-apiserver, KCM, scheduler, kwok) and
   ``SlicePublisher`` and ``publish()`` of 16 GPU-like devices (typed attributes, shareable memory and
   millicores capacities), until the call returns with the slice stored. That is a Node GET (owner UID),
   a ResourceSlice LIST and a CREATE; the node's slices are deleted before each round.
+- ``calls``: a new client and the same three calls made bare, with the same bodies: what is left is the
+  publisher's own work (building, planning, model conversions).
 - ``floor``: a new client and one bare CREATE of an equal slice (the same content under another name and
   driver),
   the least any publisher could do.
@@ -89,7 +91,7 @@ async def own_slices(client: AsyncClient, node: str) -> list[str]:
 async def clear(client: AsyncClient, node: str) -> None:
     for name in await own_slices(client, node):
         await client.delete(ResourceSlice, name)
-    async for s in client.list(ResourceSlice, labels={"bench": "floor"}):
+    async for s in client.list(ResourceSlice, labels={"bench": "floor"}):  # both bare paths' slices
         if s.metadata and s.metadata.name:
             await client.delete(ResourceSlice, s.metadata.name)
 
@@ -100,22 +102,26 @@ async def rounds(kubeconfig: Path, node: str, runs: int) -> dict[str, list[float
     node_uid = (await admin.get(Node, node)).metadata.uid  # type: ignore[union-attr]
     assert node_uid
     (template,) = desired_slices(DRIVER, node, node_uid, inventory, generation=1)
-    times: dict[str, list[float]] = {"publish": [], "floor": []}
+    times: dict[str, list[float]] = {"publish": [], "floor": [], "calls": []}
     try:
         for i in range(runs + 1):  # the first round warms caches on both sides and is not counted
             await clear(admin, node)
-            order = ("publish", "floor") if i % 2 else ("floor", "publish")
+            order = ("publish", "floor", "calls") if i % 2 else ("calls", "floor", "publish")
             for what in order:
                 t0 = time.perf_counter()
                 client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="bench")
                 if what == "publish":
                     await SlicePublisher(client, DRIVER, node).publish(inventory)
                 else:
+                    if what == "calls":  # what the publisher cannot do without: the owner's UID, the slices
+                        await client.get(Node, node)
+                        fields: dict[str, Any] = {"spec.driver": FLOOR_DRIVER, "spec.nodeName": node}
+                        _ = [s async for s in client.list(ResourceSlice, fields=fields)]
                     body = {
                         **template,
                         "metadata": {
                             **template["metadata"],
-                            "name": f"floor-{i}",
+                            "name": f"{what}-{i}",
                             "labels": {"bench": "floor"},
                         },
                         # Another driver: the publisher would take a slice of its own driver and node
@@ -123,7 +129,7 @@ async def rounds(kubeconfig: Path, node: str, runs: int) -> dict[str, list[float
                         "spec": {
                             **template["spec"],
                             "driver": FLOOR_DRIVER,
-                            "pool": {**template["spec"]["pool"], "name": f"floor-{i}"},
+                            "pool": {**template["spec"]["pool"], "name": f"{what}-{i}"},
                         },
                     }
                     await client.create(cast(ResourceSlice, ResourceSlice.from_dict(body)))
@@ -169,7 +175,11 @@ def main() -> int:
     print(f"{CARDS} GPU-like devices, {args.runs} rounds, load average {min(load):.2f}-{max(load):.2f}\n")
     print("| path | p50 ms | p95 ms | min ms |")
     print("|---|---|---|---|")
-    for what, label in (("publish", "driver start → slices published"), ("floor", "one bare create")):
+    for what, label in (
+        ("publish", "driver start → slices published"),
+        ("calls", "the same calls, bare (GET node, LIST slices, CREATE)"),
+        ("floor", "one bare CREATE"),
+    ):
         values = times[what]
         print(f"| {label} | {ms(values, 0.5)} | {ms(values, 0.95)} | {min(values) * 1000:.1f} |")
     ratio = statistics.median(times["publish"]) / statistics.median(times["floor"])
