@@ -85,6 +85,7 @@ class SlicePublisher:
         self._inventory: Inventory | None = None
         self._node_uid: str | None = None
         self._held: dict[str, dict[str, Any]] | None = None  # None: not listed yet
+        self._built: tuple[Inventory, str, tuple[dict[str, Any], ...]] | None = None
         self._lock = asyncio.Lock()
         self._wanted = asyncio.Event()
         self._creates = self._updates = self._deletes = 0
@@ -104,7 +105,10 @@ class SlicePublisher:
         A bad inventory raises :class:`~intel_device_plugins.dra.slices.SliceError` and changes nothing.
         An API error is raised too, but the inventory is kept: ``run`` publishes it once the API answers.
         """
-        desired_slices(self._driver, self._node_name, "uid-unknown-yet", inventory)  # refuse bad input now
+        uid = self._node_uid
+        built = desired_slices(self._driver, self._node_name, uid or "-", inventory)  # refuse bad input now
+        if uid is not None:
+            self._built = (inventory, uid, built)
         self._inventory = inventory
         return await self._sync()
 
@@ -199,7 +203,7 @@ class SlicePublisher:
                 if inventory is None:
                     return None
                 node_checked = node_checked or self._node_uid is None  # looked at in this sync
-                desired = desired_slices(self._driver, self._node_name, await self._uid(), inventory)
+                desired = self._desired(inventory, await self._uid())
                 if self._held is None:
                     await self._relist()
                 assert self._held is not None
@@ -221,6 +225,12 @@ class SlicePublisher:
                     await self._relist()
             assert last is not None
             raise last
+
+    def _desired(self, inventory: Inventory, uid: str) -> tuple[dict[str, Any], ...]:
+        """Built once per inventory and owner: every watch event asks again, mostly about the same."""
+        if self._built is None or self._built[0] is not inventory or self._built[1] != uid:
+            self._built = (inventory, uid, desired_slices(self._driver, self._node_name, uid, inventory))
+        return self._built[2]
 
     async def _apply(self, todo: SlicePlan) -> None:
         log.info(
