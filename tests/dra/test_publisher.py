@@ -177,3 +177,23 @@ async def test_nothing_is_created_for_a_node_that_is_gone_and_withdraw_deletes()
     assert {o["metadata"]["ownerReferences"][0]["uid"] for o in api.slices.values()} == {"uid-node-1-again"}
     await pub.withdraw()
     assert api.slices == {}
+
+
+async def test_a_publish_that_failed_is_retried_by_run() -> None:
+    api = Api()
+    pub = publisher(api)
+    await pub.publish(cards(1))
+    (name,) = api.slices
+    task = asyncio.create_task(pub.run())
+    try:
+        await until(lambda: "get" in api.calls[3:])  # listed and checked: nothing to do
+        api.node_uid = None  # the node is briefly unreadable (deleted and registered again)
+        del api.slices[name]
+        with pytest.raises(ApiError):
+            await pub.publish(cards(2))
+        api.node_uid = "uid-node-1-again"  # no watch event comes: the failed publish itself is retried
+        await until(lambda: name in api.slices)
+        assert [d["name"] for d in api.slices[name]["spec"]["devices"]] == ["card0", "card1"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -110,7 +110,11 @@ class SlicePublisher:
         if uid is not None:
             self._built = (inventory, uid, built)
         self._inventory = inventory
-        return await self._sync()
+        try:
+            return await self._sync()
+        except Exception:
+            self._wanted.set()  # run's repair loop retries, with back-off
+            raise
 
     async def withdraw(self) -> None:
         """Delete this driver's slices on this node (clean shutdown); ``run`` no longer puts them back."""
