@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -26,8 +27,21 @@ from intel_device_plugins.dra.model import (
     RequestPolicy,
     Version,
 )
+from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import PublishStats, SlicePublisher
+from intel_device_plugins.plugins.dlb.dra import DlbDriverProfile
+from intel_device_plugins.plugins.fpga.discovery import Mode
+from intel_device_plugins.plugins.fpga.dra import FpgaDriverProfile
+from intel_device_plugins.plugins.idxd.discovery import DSA, IAA
+from intel_device_plugins.plugins.idxd.dra import WorkQueueDriverProfile
+from intel_device_plugins.plugins.npu.dra import NpuDriverProfile
+from intel_device_plugins.plugins.qat.discovery import DpdkConfig, QatPaths
+from intel_device_plugins.plugins.qat.dra import QatDriverProfile
+from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin
+from intel_device_plugins.plugins.sgx.dra import SgxDriverProfile
+from intel_device_plugins.sim.qat import FakeTreeBinder, load_driver
 from k8stest.controlplane import ControlPlane
+from tests.builders import two_socket_node
 
 pytestmark = pytest.mark.k8s
 
@@ -251,3 +265,51 @@ async def test_slices_go_with_their_node(client: AsyncClient, node: str) -> None
         assert await slices(client, node) == []
     finally:
         await stop(task)
+
+
+def _qat(root: Path) -> DriverProfile:
+    tree = two_socket_node(
+        root, "[[qat]]\nvfs = 4\nservices = 'sym;asym'\n[[qat]]\nvfs = 2\nservices = 'dc'\n"
+    )
+    load_driver(tree, "vfio-pci")
+    return QatDriverProfile(QatDpdkPlugin(QatPaths(tree.root), DpdkConfig(), binder=FakeTreeBinder(tree)))
+
+
+def _on(spec: str, make: Callable[[str], DriverProfile]) -> Callable[[Path], DriverProfile]:
+    def build(root: Path) -> DriverProfile:
+        two_socket_node(root, spec)
+        return make(str(root))
+
+    return build
+
+
+# Each kind's profile on a simulated node with some of everything it publishes.
+KINDS: dict[str, Callable[[Path], DriverProfile]] = {
+    "dsa": _on("[[dsa]]\ncount = 2\nwqs = 4\nwq_mode = 'mixed'\n", lambda r: WorkQueueDriverProfile(DSA, r)),
+    "iaa": _on("[[iaa]]\nwqs = 2\n", lambda r: WorkQueueDriverProfile(IAA, r)),
+    "dlb": _on("[[dlb]]\ncount = 2\nvfs = 2\n", DlbDriverProfile),
+    "npu": _on("[[npu]]\ncount = 2\nnuma_node = 1\n", NpuDriverProfile),
+    "sgx": _on("[[sgx]]\nepc_bytes_per_node = 1073741824\n", SgxDriverProfile),
+    "fpga-af": _on("[[fpga]]\ncount = 2\nports = 2\n", lambda r: FpgaDriverProfile(r, Mode.AF)),
+    "fpga-region": _on("[[fpga]]\ncount = 2\nports = 1\n", lambda r: FpgaDriverProfile(r, Mode.REGION)),
+    "qat": _qat,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+async def test_every_kinds_devices_pass_the_api_servers_validation(
+    client: AsyncClient, node: str, kind: str, tmp_path: Path
+) -> None:
+    profile = KINDS[kind](tmp_path / "node")
+    inventory = profile.scan()
+    assert inventory.devices, f"{kind}: the simulated node has no devices: {inventory.problems}"
+    publisher = SlicePublisher(client, profile.driver_name, node)
+    await publisher.publish(inventory)
+    fields: dict[str, Any] = {"spec.driver": profile.driver_name, "spec.nodeName": node}
+    listed = [s.to_dict() async for s in client.list(ResourceSlice, fields=fields)]
+    published = sorted(d["name"] for s in listed for d in s["spec"].get("devices") or [])
+    assert published == sorted(d.name for d in inventory.devices)
+    assert await publisher.publish(inventory) is None, (
+        f"{kind}: the API server's answer differs from the plan"
+    )
+    await publisher.withdraw()
