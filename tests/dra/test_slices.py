@@ -194,6 +194,11 @@ def test_counter_sets_go_first_in_slices_of_their_own() -> None:
     assert all(s["spec"]["pool"]["resourceSliceCount"] == 3 for s in slices)
 
 
+def test_devices_are_listed_as_people_count_them() -> None:
+    (s,) = build(Inventory(devices=(gpu(10), gpu(2), gpu(1))))
+    assert [d["name"] for d in s["spec"]["devices"]] == ["card1", "card2", "card10"]
+
+
 def test_no_devices_is_one_empty_slice() -> None:
     (s,) = build(Inventory())
     assert s["spec"]["devices"] == [] and s["spec"]["pool"]["resourceSliceCount"] == 1
