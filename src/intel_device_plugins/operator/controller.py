@@ -66,6 +66,8 @@ class ControllerConfig:
     """Concurrent reconciles; 0 is one per enabled kind, as many as upstream's per-kind controllers run."""
     fpga_service_account: str = ""
     """ServiceAccount of FPGA plugin pods (it may get nodes); empty runs them under the namespace default."""
+    dra_service_account: str = ""
+    """ServiceAccount of DRA driver pods (its ResourceSlices and claims; ``deploy/operator/rbac``)."""
     resync_s: float = 300.0
     """How often the streams list everything again (every CR is then reconciled): a safety net."""
     combined: bool = False
@@ -301,6 +303,7 @@ class Reconciler:
             self.cfg.namespace,
             self.cfg.pull_secret,
             self.cfg.fpga_service_account,
+            self.cfg.dra_service_account,
         )
         for note in p.image_notes:
             log.info("%s/%s: %s", kind.kind, name, note)
