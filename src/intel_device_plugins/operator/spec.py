@@ -55,6 +55,7 @@ def deploy_as_field() -> Any:
         DEPLOY_AS_PLUGIN,
     )
 
+
 TOLERATION_SCHEMA: Final[JSONSchema] = {
     "type": "object",
     "description": "The pod this Toleration is attached to tolerates any taint that matches the triple "

@@ -165,9 +165,7 @@ def dra_unused_fields(spec: GpuSpec) -> list[FieldError]:
     why = "means nothing for deployAs DRADriver"
     errors: list[FieldError] = []
     if spec.shared_dev_num > 1:
-        errors.append(
-            FieldError("spec.sharedDevNum", f"{why}: claims share a GPU by capacity (docs/dra.md)")
-        )
+        errors.append(FieldError("spec.sharedDevNum", f"{why}: claims share a GPU by capacity (docs/dra.md)"))
     if spec.preferred_allocation_policy not in ("", "none"):
         errors.append(
             FieldError("spec.preferredAllocationPolicy", f"{why}: the scheduler allocates the devices")
