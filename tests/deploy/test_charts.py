@@ -368,3 +368,25 @@ def test_gpu_dra_chart_lints_and_follows_the_package(helm: Path) -> None:
     _run([helm, "lint", "--strict", GPU_DRA_CHART])
     meta = yaml.safe_load((GPU_DRA_CHART / "Chart.yaml").read_text())
     assert meta["version"] == meta["appVersion"] == images.PROJECT_VERSION
+
+
+@pytest.mark.parametrize("choice", sorted(CHOICES))
+def test_operator_installs_restrict_the_dra_drivers_service_account(
+    helm: Path, kubectl: Path, choice: str
+) -> None:
+    """The policy names, in CEL that kustomize does not rewrite, the ServiceAccount the operator gives the
+    DRA driver pods; every shipped installation (and the chart in another namespace) must agree."""
+    installs = [_kustomize(kubectl, CHOICES[choice][1])]
+    if choice == "cert-manager":
+        installs.append(_template(helm, OPERATOR_CHART, PLACEHOLDER_SOURCES, namespace="elsewhere"))
+    for objs in installs:
+        (manager,) = (o for o in objs.values() if o["kind"] == "Deployment")
+        env = {e["name"]: e.get("value") for e in manager["spec"]["template"]["spec"]["containers"][0]["env"]}
+        account = env["GPU_DRA_DRIVER_SERVICE_ACCOUNT"]
+        namespace = manager["metadata"]["namespace"]
+        assert ("ServiceAccount", account) in objs
+        assert _policy_user(objs) == f"system:serviceaccount:{namespace}:{account}"
+        binding = objs[("ClusterRoleBinding", account)]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+        (vap_binding,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicyBinding")
+        assert ("ValidatingAdmissionPolicy", vap_binding["spec"]["policyName"]) in objs
