@@ -501,7 +501,7 @@ def test_dra_driver_replaces_the_plugin_in_the_same_daemonset() -> None:
     assert (c["name"], c["command"]) == ("intel-gpu-dra-driver", ["intel_gpu_dra_driver"])
     assert c["image"] == images.node_image()
     assert c["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-    assert pod(driver)["serviceAccountName"] == DRA_SA
+    assert pod(driver)["serviceAccountName"] == pod(driver)["serviceAccount"] == DRA_SA
     assert pod(driver)["automountServiceAccountToken"] is True
 
 
@@ -544,5 +544,8 @@ def test_dra_driver_keeps_the_crs_selector_tolerations_and_nfd_hook() -> None:
 
 def test_standalone_dra_driver_pod_is_the_operators() -> None:
     standalone = yaml.safe_load(STANDALONE_GPU_DRA.read_text())
-    assert pod(standalone) == pod(dra({}, service_account="intel-gpu-dra-driver"))
+    operator = pod(dra({}, service_account="intel-gpu-dra-driver"))
+    # The deprecated alias matters only to a DaemonSet that switches between plugin and driver.
+    assert operator.pop("serviceAccount") == operator["serviceAccountName"]
+    assert pod(standalone) == operator
     assert standalone["spec"]["updateStrategy"] == dra({})["spec"]["updateStrategy"]

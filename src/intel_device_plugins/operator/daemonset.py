@@ -142,6 +142,9 @@ def dra_pod(spec: AnySpec, service_account: str, init_parts: tuple[list[JSON], l
     }
     if service_account:
         pod["serviceAccountName"] = service_account
+        # The deprecated alias too: the API server copies it back into serviceAccountName when that alone
+        # is dropped, so switching the CR back to the plugin would keep the driver's identity.
+        pod["serviceAccount"] = service_account
     if init_containers:
         pod["initContainers"] = init_containers
     return pod
