@@ -77,7 +77,17 @@ def installed(k8s_binaries: Binaries, k8s_control_plane: ControlPlane) -> Iterat
     docs = rendered(kubectl, "dra", "gpu")
     others = [d for d in docs if d["kind"] != "DaemonSet"]
     (daemonset,) = (d for d in docs if d["kind"] == "DaemonSet")
-    # The operator's namespace may be another test's too: created if missing, never deleted here.
+
+    # The operator's namespace may be another test module's too: created if missing, never deleted here;
+    # one that module's teardown left terminating is waited out first.
+    def usable() -> bool:
+        try:
+            ns = admin.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}")
+        except ApiError as e:
+            return e.status == 404
+        return "deletionTimestamp" not in ns["metadata"]
+
+    wait_for(f"namespace {OPERATOR_NAMESPACE} to be usable", usable, timeout=120)
     admin.apply_ok(
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
