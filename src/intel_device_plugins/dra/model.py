@@ -172,6 +172,9 @@ class AllocatedDevice:
     admin_access: bool = False
     share_id: str | None = None
     consumed_capacity: Mapping[str, str] = field(default_factory=_empty)
+    config: tuple[str, ...] = ()
+    """The opaque ``parameters`` (JSON text) of this driver's configuration entries that apply to the
+    request, class entries first, then the claim's, so later entries override earlier ones."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "consumed_capacity", MappingProxyType(dict(self.consumed_capacity)))
@@ -191,12 +194,14 @@ class ClaimRef:
 
 @dataclass(frozen=True)
 class PreparedDevice:
-    """What prepare answered for one allocated device: its request(s) and the CDI IDs it gets."""
+    """What prepare answered for one allocated device: its request(s), the CDI IDs it gets and, for a
+    share of a device that allows several allocations, the allocation's share ID."""
 
     requests: tuple[str, ...]
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
 
 
 @dataclass(frozen=True)
