@@ -9,7 +9,6 @@ the GPU driver's tests publish nothing and read what the driver did.
 
 from __future__ import annotations
 
-import json
 import re
 import ssl
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from intel_device_plugins.dra import checkpoint
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, KubeClient, wait_for
 from k8stest.node.config import NodeLayout
@@ -330,19 +330,14 @@ def claim_cdi_files(cdi_dir: Path, driver: str) -> list[str]:
 
 
 def checkpoint_claims(plugins_dir: Path, driver: str) -> set[str]:
-    """The claim UIDs in ``driver``'s checkpoint (``<plugins dir>/<driver>/checkpoint.json``);
-    none when the file does not exist. Read as plain JSON so a fault of the driver's own decoder
-    cannot hide an entry."""
-    path = plugins_dir / driver / "checkpoint.json"
+    """The claim UIDs in ``driver``'s checkpoint (``<plugins dir>/<driver>/checkpoint.json``, read
+    with the framework's decoder); none when the file does not exist."""
+    path = plugins_dir / driver / checkpoint.FILE_NAME
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return set()
-    try:
-        claims = json.loads(text)["claims"]
-    except (ValueError, KeyError, TypeError) as error:
-        raise AssertionError(f"{path}: not a checkpoint with a claims object ({error})") from None
-    return set(claims)
+    return set(checkpoint.decode(data, str(path), driver))
 
 
 def leftovers(node_layout: NodeLayout, driver: str, claim_uids: Sequence[str] = ()) -> list[str]:
@@ -355,7 +350,9 @@ def leftovers(node_layout: NodeLayout, driver: str, claim_uids: Sequence[str] = 
             found.append(f"CDI spec {node_layout.cdi_run_dir / name}")
     for uid in sorted(checkpoint_claims(node_layout.plugins_dir, driver)):
         if not claim_uids or uid in claim_uids:
-            found.append(f"checkpoint entry {uid} in {node_layout.plugins_dir / driver / 'checkpoint.json'}")
+            found.append(
+                f"checkpoint entry {uid} in {node_layout.plugins_dir / driver / checkpoint.FILE_NAME}"
+            )
     return found
 
 
