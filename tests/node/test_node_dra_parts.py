@@ -7,8 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from intel_device_plugins.dra import checkpoint
+from intel_device_plugins.dra.model import ClaimRef, PreparedClaim, PreparedDevice
 from k8stest.node import NodeLayout, workload_pod
-from k8stest.node.dra import claim_template, device_class, enabled_feature_gates, pod_claim_names, with_claims
+from k8stest.node.dra import (
+    checkpoint_claims,
+    claim_template,
+    device_class,
+    device_health,
+    enabled_feature_gates,
+    leftovers,
+    pod_claim_names,
+    with_claims,
+)
 
 METRICS = """\
 # HELP kubernetes_feature_enabled [BETA] The stage and enablement of a k8s feature.
@@ -83,3 +94,58 @@ def test_pod_claim_names_skip_claims_not_generated_yet() -> None:
     }
     assert pod_claim_names(pod) == {"gpu": "p-gpu-x7k2"}
     assert pod_claim_names({}) == {}
+
+
+def _prepared(uid: str) -> PreparedClaim:
+    device = PreparedDevice(("gpu",), "node", "card0", (f"k8s.gpu.intel.com/claim={uid}-card0",))
+    return PreparedClaim(
+        ClaimRef("default", f"claim-{uid}", uid), (device,), (f"k8s.gpu.intel.com-claim_{uid}.yaml",)
+    )
+
+
+def test_leftovers_name_the_cdi_specs_and_checkpoint_entries_of_the_claims_asked_about(
+    tmp_path: Path,
+) -> None:
+    layout = NodeLayout(tmp_path, "/k8stest-x")
+    driver = "gpu.intel.com"
+    assert checkpoint_claims(layout.plugins_dir, driver) == set()
+    assert leftovers(layout, driver) == []
+    (layout.plugins_dir / driver).mkdir(parents=True)
+    (layout.plugins_dir / driver / checkpoint.FILE_NAME).write_bytes(
+        checkpoint.encode(driver, {"u1": _prepared("u1"), "u2": _prepared("u2")})
+    )
+    layout.cdi_run_dir.mkdir(parents=True)
+    (layout.cdi_run_dir / "k8s.gpu.intel.com-claim_u1.yaml").write_text("{}")
+    (layout.cdi_run_dir / "intel.com-gpu.yaml").write_text("{}")  # a device plugin's, not the driver's
+    assert checkpoint_claims(layout.plugins_dir, driver) == {"u1", "u2"}
+    assert leftovers(layout, driver, ["u1"]) == [
+        f"CDI spec {layout.cdi_run_dir / 'k8s.gpu.intel.com-claim_u1.yaml'}",
+        f"checkpoint entry u1 in {layout.plugins_dir / driver / checkpoint.FILE_NAME}",
+    ]
+    assert [item.split()[0:3] for item in leftovers(layout, driver)] == [
+        ["CDI", "spec", str(layout.cdi_run_dir / "k8s.gpu.intel.com-claim_u1.yaml")],
+        ["checkpoint", "entry", "u1"],
+        ["checkpoint", "entry", "u2"],
+    ]
+    assert leftovers(layout, driver, ["u3"]) == []
+
+
+def test_device_health_is_read_from_the_containers_allocated_resources_status() -> None:
+    pod = {
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "allocatedResourcesStatus": [
+                        {
+                            "name": "claim:p-gpu-x/gpu",
+                            "resources": [{"resourceID": "gpu.intel.com/node/card1", "health": "Unhealthy"}],
+                        }
+                    ],
+                },
+                {"name": "side"},
+            ]
+        }
+    }
+    assert device_health(pod) == {"gpu.intel.com/node/card1": "Unhealthy"}
+    assert device_health({}) == {}
