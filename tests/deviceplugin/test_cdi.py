@@ -35,6 +35,12 @@ def test_hooks_are_written_for_create_runtime() -> None:
     assert edits == {"hooks": [{"hookName": "createRuntime", "path": "/opt/hook"}]}
 
 
+def test_environment_entries_are_written_as_given() -> None:
+    device = CdiDevice(kind="k8s.qat.intel.com/claim", name="u-vf", env=("QAT1=0000:3d:01.0",))
+    edits = cdi_spec_document(device)["devices"][0]["containerEdits"]
+    assert edits == {"env": ["QAT1=0000:3d:01.0"]}
+
+
 def test_file_name_and_mode(tmp_path: Path) -> None:
     assert cdi_spec_file_name(DEVICE) == "intel.cdi.k8s.io-gpu-card0.yaml"
     path = write_cdi_spec(tmp_path / "cdi", DEVICE)

@@ -65,6 +65,8 @@ def cdi_spec_document(device: CdiDevice) -> dict[str, Any]:
         ]
     if device.mounts:
         edits["mounts"] = [_mount_entry(mount, device) for mount in device.mounts]
+    if device.env:
+        edits["env"] = list(device.env)
     if device.create_runtime_hooks:
         edits["hooks"] = [{"hookName": "createRuntime", "path": path} for path in device.create_runtime_hooks]
     return {

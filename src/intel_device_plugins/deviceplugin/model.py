@@ -59,6 +59,8 @@ class CdiDevice:
     mount_type: str = "none"
     mount_options: tuple[str, ...] = ("bind", "ro")
     create_runtime_hooks: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    """``KEY=VALUE`` entries the container's environment gets."""
 
     @property
     def qualified_name(self) -> str:

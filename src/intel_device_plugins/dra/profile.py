@@ -76,6 +76,7 @@ def default_claim_edits(
                 mount_type=device.cdi.mount_type,
                 mount_options=device.cdi.mount_options,
                 create_runtime_hooks=device.cdi.create_runtime_hooks,
+                env=device.cdi.env,
             )
         )
     return edits

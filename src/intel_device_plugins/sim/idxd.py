@@ -110,6 +110,7 @@ def add_work_queue(
     tree.write(f"{wq_sysfs}/type", wq_type + "\n")
     tree.write(f"{wq_sysfs}/name", f"app{queue}\n" if wq_type == "user" else "\n")
     tree.write(f"{wq_sysfs}/size", "16\n")
+    tree.write(f"{wq_sysfs}/priority", "10\n")
     tree.link(f"/sys/bus/dsa/devices/{name}", wq_sysfs)
     tree.uevent("add", wq_sysfs, "dsa")
     if state == "enabled":

@@ -8,6 +8,8 @@ with a problem line, and one whose ``/dev/accel`` node is missing is reported Un
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceNode, Discovery, Health
 from intel_device_plugins.plugins.scanning import PCI_ID, numa_or_problem
@@ -22,16 +24,24 @@ NPU_DEVICE_IDS = frozenset({"0x7e4c", "0x643e", "0xad1d", "0x7d1d", "0xb03e", "0
 """Meteor Lake, Arrow Lake, Lunar Lake, Panther Lake and later client NPUs."""
 
 
-def scan_npus(prefix: str, shared_dev_num: int) -> Discovery:
-    """Resource ``accel``: every NPU advertised ``shared_dev_num`` times, IDs ``accelN-<i>``.
+@dataclass(frozen=True)
+class Npu:
+    """One Intel NPU: its accel name, PCI device ID, sysfs device directory and device node."""
 
-    The resource is always present, with zero devices when there is no NPU or no accel class at all
-    (driver not loaded): the plugin keeps serving and picks up devices that appear later.
-    """
+    name: str
+    device_id: str
+    device_dir: Path
+    node: Path
+    health: Health
+    numa_nodes: tuple[int, ...]
+
+
+def find_npus(prefix: str) -> tuple[list[Npu], list[str]]:
+    """Every Intel NPU under ``prefix``, in accel order, and the problems met (each naming the device)."""
     class_dir = prefixed(prefix, CLASS_DIR)
     names = list_dir(class_dir)
     problems: list[str] = []
-    devices: dict[str, DeviceInfo] = {}
+    npus: list[Npu] = []
     if names is None:
         problems.append(f"cannot read {class_dir} (accel driver not loaded?); no NPUs advertised")
         names = []
@@ -54,7 +64,21 @@ def scan_npus(prefix: str, shared_dev_num: int) -> Discovery:
             problems.append(f"{name}: device node {node} is missing; reported Unhealthy")
             health = Health.UNHEALTHY
         numa = numa_or_problem(device_dir, prefix, name, problems)
-        info = DeviceInfo(health=health, nodes=(DeviceNode(str(node), str(node), "rw"),), numa_nodes=numa)
+        npus.append(Npu(name, device_id.lower(), device_dir, node, health, numa))
+    return npus, problems
+
+
+def scan_npus(prefix: str, shared_dev_num: int) -> Discovery:
+    """Resource ``accel``: every NPU advertised ``shared_dev_num`` times, IDs ``accelN-<i>``.
+
+    The resource is always present, with zero devices when there is no NPU or no accel class at all
+    (driver not loaded): the plugin keeps serving and picks up devices that appear later.
+    """
+    npus, problems = find_npus(prefix)
+    devices: dict[str, DeviceInfo] = {}
+    for npu in npus:
+        node = str(npu.node)
+        info = DeviceInfo(health=npu.health, nodes=(DeviceNode(node, node, "rw"),), numa_nodes=npu.numa_nodes)
         for index in range(shared_dev_num):
-            devices[f"{name}-{index}"] = info
+            devices[f"{npu.name}-{index}"] = info
     return Discovery({RESOURCE: devices}, tuple(problems))

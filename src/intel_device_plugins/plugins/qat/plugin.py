@@ -90,6 +90,11 @@ class QatDpdkPlugin:
         self._memo = discovery.StaticMemo()
 
     def scan(self) -> DeviceTree:
+        return self.scan_vfs()[1]
+
+    def scan_vfs(self) -> tuple[tuple[discovery.VirtualFunction, ...], DeviceTree]:
+        """Bind what needs binding, then the VFs found and the tree built from them (the DRA driver
+        publishes facts of the VFs that the tree does not carry)."""
         self._scans += 1
         found = discovery.find_vfs(self.paths, self.config, self._memo)
         failures: dict[str, str] = {}
@@ -110,7 +115,7 @@ class QatDpdkPlugin:
             self.paths, found.vfs, self.config, failures, self._numa, self._memo, settled
         )
         self.problems.report((*found.problems, *result.problems))
-        return result.tree
+        return found.vfs, result.tree
 
     def watch_paths(self) -> Sequence[Path]:
         """Where the VFs' device nodes appear: ``/dev/vfio`` for vfio-pci, ``/dev`` for ``uioN``."""

@@ -1,0 +1,57 @@
+"""Where a device sits: the standard PCI attributes and its NUMA node, as DRA attributes.
+
+``resource.kubernetes.io/pciBusID`` is the PCI function's address and
+``resource.kubernetes.io/pcieRoot`` the root complex it hangs off (``pci0000:00``); the scheduler
+matches them across drivers (a GPU and a NIC on one root). Both come from one path resolution: a
+device's sysfs directory resolves to ``/sys/devices/pci<root>/<bridges…>/<bdf>[/<child>]``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT, AttributeValue
+
+PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+PCIE_ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+
+
+def pci_attributes_of_path(resolved: str, sys_devices: str) -> dict[str, AttributeValue]:
+    """The standard attributes for an already resolved sysfs path; empty when it is not under a PCI root.
+
+    The bus ID is the deepest PCI address on the path (the function itself, or the function owning a
+    child such as ``dsa0`` or ``drm/card0``).
+    """
+    if not resolved.startswith(sys_devices + "/"):
+        return {}
+    parts = resolved[len(sys_devices) + 1 :].split("/")
+    if not parts or not PCIE_ROOT.match(parts[0]):
+        return {}
+    addresses = [part for part in parts[1:] if PCI_ADDRESS.match(part)]
+    if not addresses:
+        return {}
+    return {STANDARD_PCI_BUS_ID: addresses[-1], STANDARD_PCIE_ROOT: parts[0]}
+
+
+def pci_attributes(prefix: str, device_dir: str) -> dict[str, AttributeValue]:
+    """:func:`pci_attributes_of_path` for a sysfs directory below ``prefix`` (``-prefix`` as everywhere)."""
+    sys_devices = os.path.realpath(prefix + "/sys/devices")
+    return pci_attributes_of_path(os.path.realpath(prefix + device_dir), sys_devices)
+
+
+NUMA_NODE = "numaNode"
+"""In the driver's domain: Kubernetes defines no standard NUMA attribute."""
+
+
+def placement_attributes(
+    prefix: str, device_dir: str, numa_nodes: tuple[int, ...]
+) -> dict[str, AttributeValue]:
+    """PCI bus ID and root of ``device_dir`` (below ``prefix``) and, when it is exactly one, its NUMA node.
+
+    ``numa_nodes`` comes from the discovery that found the device, which already looked it up.
+    """
+    attributes = pci_attributes(prefix, device_dir)
+    if len(numa_nodes) == 1:
+        attributes[NUMA_NODE] = numa_nodes[0]
+    return attributes

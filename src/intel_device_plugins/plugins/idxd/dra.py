@@ -1,0 +1,114 @@
+"""DSA and IAA work queues as DRA devices (``dsa.intel.com``, ``iaa.intel.com``).
+
+The same discovery as the device plugins (:mod:`.discovery`) decides which queues exist and whether
+their device nodes can be trusted; this module only says it in the DRA API's terms. A shared queue
+is one device that several claims may hold at once (``allowMultipleAllocations``: the hardware
+arbitrates between its clients), a dedicated queue goes to one claim. Only user-type queues are
+published: a kernel queue has no device node, so a container could do nothing with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from intel_device_plugins.deviceplugin.model import CdiDevice, Health
+from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
+from intel_device_plugins.dra.placement import placement_attributes
+from intel_device_plugins.dra.profile import default_claim_edits
+from intel_device_plugins.plugins.idxd.discovery import (
+    IdxdKind,
+    WorkQueue,
+    find_work_queues,
+    read_attribute,
+    user_queue_nodes,
+)
+from intel_device_plugins.sysfs import prefixed
+
+log = logging.getLogger(__name__)
+
+
+def device_name(queue: WorkQueue) -> str:
+    """``dsa0`` + ``wq0.1`` → ``dsa0-wq0-1`` (a DNS label: no dots)."""
+    return f"{queue.device}-{queue.name.replace('.', '-')}"
+
+
+def _int_attribute(queue: WorkQueue, name: str, problems: list[str]) -> int | None:
+    text = read_attribute(f"{queue.sysfs_dir}/{name}")
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        problems.append(f"{queue.device}/{queue.name}: {name} {text!r} is not a number; attribute left out")
+        return None
+
+
+def queue_device(prefix: str, kind: IdxdKind, queue: WorkQueue, problems: list[str]) -> Device:
+    """One user queue as a device: its settings and placement as attributes, its nodes as CDI edits."""
+    attributes: dict[str, AttributeValue] = {
+        "mode": queue.mode,
+        "type": queue.type,
+        "device": queue.device,
+    }
+    for name in ("size", "priority"):
+        value = _int_attribute(queue, name, problems)
+        if value is not None:
+            attributes[name] = value
+    accelerator_dir = os.path.dirname(queue.sysfs_dir)
+    try:
+        numa = numa_nodes_of(accelerator_dir, prefix or "/")
+    except TopologyError as error:
+        problems.append(f"{queue.device}: {error}; no NUMA node published")
+        numa = ()
+    attributes.update(placement_attributes(prefix, accelerator_dir[len(prefix) :], numa))
+    nodes, problem = user_queue_nodes(prefix, kind, queue)
+    health = Health.HEALTHY
+    if problem:
+        problems.append(problem + "; published as unhealthy")
+        health = Health.UNHEALTHY
+    return Device(
+        name=device_name(queue),
+        attributes=attributes,
+        cdi=CdiDevice(kind=f"{kind.namespace}/wq", name=device_name(queue), nodes=nodes),
+        health=health,
+        health_message=problem,
+        allow_multiple_allocations=queue.mode == "shared",
+    )
+
+
+def scan_queue_devices(prefix: str, kind: IdxdKind) -> Inventory:
+    """Every enabled user queue of ``kind`` under ``prefix``, as DRA devices."""
+    queues, problems = find_work_queues(prefix, kind)
+    devices = tuple(queue_device(prefix, kind, queue, problems) for queue in queues if queue.type == "user")
+    return Inventory(devices=devices, problems=tuple(problems))
+
+
+@dataclass
+class WorkQueueDriverProfile:
+    """The DRA driver profile for DSA or IAA."""
+
+    kind: IdxdKind
+    prefix: str = ""
+
+    @property
+    def driver_name(self) -> str:
+        return self.kind.namespace
+
+    def scan(self) -> Inventory:
+        return scan_queue_devices(self.prefix, self.kind)
+
+    def watch_paths(self) -> Sequence[Path]:
+        return (prefixed(self.prefix, self.kind.dev_dir),)
+
+    def uevent_subsystems(self) -> Collection[str]:
+        return ("dsa", "idxd", "pci")
+
+    def claim_edits(
+        self, claim_uid: str, allocated: Sequence[tuple[AllocatedDevice, Device]]
+    ) -> Sequence[CdiDevice]:
+        return default_claim_edits(self.driver_name, claim_uid, allocated)

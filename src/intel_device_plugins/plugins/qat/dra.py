@@ -1,0 +1,128 @@
+"""QAT VFs as a DRA driver (``qat.intel.com``), on the DPDK plugin's own discovery and binding.
+
+Each VF is one device with the services its PF is configured for (the plugin's resource name, e.g.
+``sym``, ``dc`` or ``cy``, plus one boolean per service so CEL selectors read naturally), the PF's
+address and the VF's PCI device ID. Preparing gives what the plugin's allocation gives: the VF's
+vfio group node, ``/dev/vfio/vfio`` and ``QAT<n>=<address>`` numbered from 1 across the claim's VFs.
+The classes ``<services>.qat.intel.com`` map the plugin's resource names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceInfo, Health
+from intel_device_plugins.dra.classes import DeviceClassSpec
+from intel_device_plugins.dra.model import (
+    STANDARD_PCI_BUS_ID,
+    AllocatedDevice,
+    AttributeValue,
+    Device,
+    Inventory,
+)
+from intel_device_plugins.dra.placement import placement_attributes
+from intel_device_plugins.dra.profile import default_claim_edits
+from intel_device_plugins.plugins.qat.discovery import NAMESPACE, VirtualFunction
+from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin
+
+SERVICES = ("sym", "asym", "dc", "dcc", "decomp")
+"""The services a PF can be configured for (``cy`` stands for sym plus asym)."""
+RESOURCES = ("generic", "sym", "asym", "dc", "cy", "sym-dc", "asym-dc", "dcc", "decomp")
+"""Resource names the plugin advertises for the service configurations in use; each gets a class."""
+
+
+def device_name(address: str) -> str:
+    """``0000:3d:01.2`` → ``vf-0000-3d-01-2`` (a DNS label)."""
+    return "vf-" + address.replace(":", "-").replace(".", "-")
+
+
+def service_attributes(resource: str) -> dict[str, AttributeValue]:
+    items = set(resource.split("-"))
+    if "cy" in items:
+        items |= {"sym", "asym"}
+    return {"services": resource, **{service: service in items for service in SERVICES}}
+
+
+def vf_device(
+    vf: VirtualFunction, resource: str, info: DeviceInfo, prefix: str, problems: Collection[str]
+) -> Device:
+    """One VF as a device; ``problems`` are the plugin's current ones, the first naming the VF explains
+    why it is unhealthy."""
+    attributes: dict[str, AttributeValue] = {
+        **service_attributes(resource),
+        "pciId": f"0x{vf.device_id}",
+        **placement_attributes(prefix, f"/sys/bus/pci/devices/{vf.address}", info.numa_nodes),
+    }
+    attributes.setdefault(STANDARD_PCI_BUS_ID, vf.address)
+    if vf.pf is not None:
+        attributes["pfAddress"] = vf.pf.address
+    reason = ""
+    if info.health is not Health.HEALTHY:
+        reason = next((problem for problem in sorted(problems) if vf.address in problem), "unhealthy")
+    name = device_name(vf.address)
+    return Device(
+        name=name,
+        attributes=attributes,
+        cdi=CdiDevice(kind=f"{NAMESPACE}/vf", name=name, nodes=info.nodes, mounts=info.mounts),
+        health=info.health,
+        health_message=reason,
+    )
+
+
+def scan_vf_devices(plugin: QatDpdkPlugin) -> Inventory:
+    """Bind the VFs as the plugin does, then each VF of the plugin's tree as a device."""
+    vfs, tree = plugin.scan_vfs()
+    prefix = str(plugin.paths.root).rstrip("/")
+    located = {
+        address: (resource, info) for resource, devices in tree.items() for address, info in devices.items()
+    }
+    problems = plugin.problems.current
+    devices = [vf_device(vf, *located[vf.address], prefix, problems) for vf in vfs if vf.address in located]
+    return Inventory(devices=tuple(devices), problems=tuple(plugin.problems.current))
+
+
+QAT_DEVICE_CLASSES = (
+    DeviceClassSpec(NAMESPACE, NAMESPACE),
+    *(
+        DeviceClassSpec(
+            f"{resource}.{NAMESPACE}",
+            NAMESPACE,
+            selector=f'device.attributes["{NAMESPACE}"].services == "{resource}"',
+            extended_resource_name=f"{NAMESPACE}/{resource}",
+        )
+        for resource in RESOURCES
+    ),
+)
+
+
+@dataclass
+class QatDriverProfile:
+    plugin: QatDpdkPlugin
+
+    @property
+    def driver_name(self) -> str:
+        return NAMESPACE
+
+    def scan(self) -> Inventory:
+        return scan_vf_devices(self.plugin)
+
+    def watch_paths(self) -> Sequence[Path]:
+        return self.plugin.watch_paths()
+
+    def uevent_subsystems(self) -> Collection[str]:
+        return self.plugin.uevent_subsystems()
+
+    def claim_edits(
+        self, claim_uid: str, allocated: Sequence[tuple[AllocatedDevice, Device]]
+    ) -> Sequence[CdiDevice]:
+        """Each VF's nodes, and ``QAT1``, ``QAT2``, … in allocation order, as the plugin numbers them."""
+        edits = default_claim_edits(self.driver_name, claim_uid, allocated)
+        addresses = [
+            str(device.attributes.get("resource.kubernetes.io/pciBusID", "")) for _, device in allocated
+        ]
+        return [
+            replace(edit, env=(f"QAT{index}={address}",)) if address else edit
+            for index, (edit, address) in enumerate(zip(edits, addresses, strict=True), start=1)
+        ]

@@ -1,0 +1,71 @@
+"""DSA and IAA work queues as DRA devices, on simulated nodes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from intel_device_plugins.deviceplugin.model import Health
+from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT, AllocatedDevice
+from intel_device_plugins.plugins.idxd.discovery import DSA, IAA
+from intel_device_plugins.plugins.idxd.dra import WorkQueueDriverProfile, scan_queue_devices
+from tests.builders import two_socket_node as node
+
+
+def test_user_queues_become_devices_with_their_settings(tmp_path: Path) -> None:
+    node(tmp_path, "[[dsa]]\ncount = 2\nwqs = 2\nnuma_node = 1\nwq_mode = 'mixed'\n")
+    inventory = scan_queue_devices(str(tmp_path), DSA)
+    assert inventory.problems == ()
+    devices = inventory.by_name()
+    assert sorted(devices) == ["dsa0-wq0-0", "dsa0-wq0-1", "dsa1-wq1-0", "dsa1-wq1-1"]
+    modes = {name: device.attributes["mode"] for name, device in devices.items()}
+    assert set(modes.values()) == {"dedicated", "shared"}
+    for device in devices.values():
+        assert device.allow_multiple_allocations == (device.attributes["mode"] == "shared")
+        assert device.attributes["type"] == "user"
+        assert device.attributes["size"] == 16
+        assert device.attributes["priority"] == 10
+        assert device.attributes["numaNode"] == 1
+        assert str(device.attributes[STANDARD_PCIE_ROOT]).startswith("pci")
+        assert device.health is Health.HEALTHY
+    first = devices["dsa0-wq0-0"]
+    assert first.attributes["device"] == "dsa0"
+    assert first.cdi is not None
+    assert first.cdi.nodes[0].host_path == f"{tmp_path}/dev/dsa/wq0.0"
+    assert (
+        devices["dsa0-wq0-0"].attributes[STANDARD_PCI_BUS_ID]
+        != devices["dsa1-wq1-0"].attributes[STANDARD_PCI_BUS_ID]
+    )
+
+
+def test_kernel_queues_are_not_published_and_iaa_uses_its_own_driver_name(tmp_path: Path) -> None:
+    node(tmp_path, "[[iaa]]\nwqs = 1\n[[dsa]]\nwqs = 2\nwq_type = 'kernel'\n")
+    assert scan_queue_devices(str(tmp_path), DSA).devices == ()
+    profile = WorkQueueDriverProfile(IAA, str(tmp_path))
+    assert profile.driver_name == "iaa.intel.com"
+    assert [d.name for d in profile.scan().devices] == ["iax0-wq0-0"]
+
+
+def test_a_queue_whose_node_fails_the_checks_is_published_unhealthy_with_the_reason(tmp_path: Path) -> None:
+    node(tmp_path, "[[dsa]]\nwqs = 1\n")
+    os.unlink(tmp_path / "dev/dsa/wq0.0")
+    inventory = scan_queue_devices(str(tmp_path), DSA)
+    (device,) = inventory.devices
+    assert device.health is Health.UNHEALTHY
+    assert "wq0.0" in device.health_message and "missing" in device.health_message
+    assert any("dsa0/wq0.0" in problem for problem in inventory.problems)
+
+
+def test_claim_edits_give_each_allocated_queue_its_nodes(tmp_path: Path) -> None:
+    node(tmp_path, "[[dsa]]\nwqs = 2\n")
+    profile = WorkQueueDriverProfile(DSA, str(tmp_path))
+    devices = profile.scan().by_name()
+    allocated = [
+        (AllocatedDevice("wq", "node-a", name), devices[name]) for name in ("dsa0-wq0-1", "dsa0-wq0-0")
+    ]
+    edits = profile.claim_edits("uid-1", allocated)
+    assert [edit.qualified_name for edit in edits] == [
+        "k8s.dsa.intel.com/claim=uid-1-dsa0-wq0-1",
+        "k8s.dsa.intel.com/claim=uid-1-dsa0-wq0-0",
+    ]
+    assert edits[0].nodes[0].container_path.endswith("/dev/dsa/wq0.1")
