@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from intel_device_plugins.plugins.gpu.dra import gpu_device_classes, monitoring_claim_template
+from intel_device_plugins.dra.classes import device_class
+from intel_device_plugins.plugins.gpu.dra import (
+    ADMIN_ACCESS_NAMESPACE_LABEL,
+    GPU_DEVICE_CLASSES,
+    monitoring_claim_template,
+)
 from k8stest.kubeclient import ApiError, KubeClient
 
 pytestmark = pytest.mark.k8s
@@ -17,15 +22,16 @@ CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 
 
 def test_device_classes_pass_the_api_servers_validation(k8s_admin: KubeClient) -> None:
-    for device_class in gpu_device_classes(labels={"app.kubernetes.io/name": "intel-gpu-dra-driver"}):
-        created = k8s_admin.request("POST", f"{CLASSES}?dryRun=All&fieldValidation=Strict", device_class)
+    for spec in GPU_DEVICE_CLASSES:
+        wanted = device_class(spec)
+        created = k8s_admin.request("POST", f"{CLASSES}?dryRun=All&fieldValidation=Strict", wanted)
 
-        assert created["metadata"]["name"] == device_class["metadata"]["name"]
-        assert created["spec"] == device_class["spec"]
+        assert created["metadata"]["name"] == spec.name
+        assert created["spec"] == wanted["spec"]
 
 
 def test_a_broken_selector_is_refused_so_the_check_above_can_fail(k8s_admin: KubeClient) -> None:
-    (broken, *_) = gpu_device_classes()
+    broken = device_class(GPU_DEVICE_CLASSES[0])
     broken["spec"]["selectors"][0]["cel"]["expression"] = "device.driver =="
 
     with pytest.raises(ApiError) as refused:
@@ -41,7 +47,7 @@ def test_monitoring_claim_template_is_accepted_in_an_admin_access_namespace(k8s_
         {
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {"resource.kubernetes.io/admin-access": "true"}},
+            "metadata": {"name": namespace, "labels": {ADMIN_ACCESS_NAMESPACE_LABEL: "true"}},
         },
     )
     template = monitoring_claim_template(namespace)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.deviceplugin.model import Health
+from intel_device_plugins.dra.classes import device_class
 from intel_device_plugins.dra.model import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
     STANDARD_PCI_BUS_ID,
@@ -20,9 +21,9 @@ from intel_device_plugins.dra.model import (
 from intel_device_plugins.dra.profile import ClaimPreparationError, claim_cdi_kind
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions
 from intel_device_plugins.plugins.gpu.dra import (
-    STANDARD_NUMA_NODE,
+    ADMIN_ACCESS_NAMESPACE_LABEL,
+    GPU_DEVICE_CLASSES,
     GpuDriverProfile,
-    gpu_device_classes,
     monitoring_claim_template,
 )
 from intel_device_plugins.sim import gpu
@@ -60,7 +61,6 @@ def test_i915_card_with_local_memory(tree: FakeTree) -> None:
         "model": "Flex 170",
         "sriov": "none",
         "numaNode": 1,
-        STANDARD_NUMA_NODE: 1,
         STANDARD_PCI_BUS_ID: card.address,
         STANDARD_PCIE_ROOT: f"pci{card.address[:7]}",
     }
@@ -237,7 +237,7 @@ def test_unreadable_drm_class_publishes_nothing_and_says_why(tmp_path: Path) -> 
 
 
 def test_device_classes_select_by_driver_and_serve_the_extended_resources() -> None:
-    classes = {c["metadata"]["name"]: c["spec"] for c in gpu_device_classes()}
+    classes = {c["metadata"]["name"]: c["spec"] for c in map(device_class, GPU_DEVICE_CLASSES)}
 
     assert set(classes) == {"gpu.intel.com", "i915.gpu.intel.com", "xe.gpu.intel.com"}
     assert "extendedResourceName" not in classes["gpu.intel.com"]
@@ -245,12 +245,13 @@ def test_device_classes_select_by_driver_and_serve_the_extended_resources() -> N
     assert classes["xe.gpu.intel.com"]["extendedResourceName"] == "gpu.intel.com/xe"
     (selector,) = classes["xe.gpu.intel.com"]["selectors"]
     assert selector["cel"]["expression"] == (
-        'device.driver == "gpu.intel.com" && device.attributes["gpu.intel.com"].driver == "xe"'
+        'device.driver == "gpu.intel.com" && (device.attributes["gpu.intel.com"].driver == "xe")'
     )
 
 
 def test_monitoring_template_asks_admin_access_to_every_card() -> None:
     template = monitoring_claim_template("monitoring")
+    assert ADMIN_ACCESS_NAMESPACE_LABEL == "resource.kubernetes.io/admin-access"
 
     (request,) = template["spec"]["spec"]["devices"]["requests"]
     assert template["metadata"]["namespace"] == "monitoring"

@@ -10,8 +10,8 @@ resource name is only ever one of the drivers this plugin knows.
 
 :func:`scan_cards` is the one scan; it returns each usable card with what both the device plugin
 (:func:`scan_gpus`, the ``gpu.intel.com`` resource tree) and the DRA driver
-(:mod:`intel_device_plugins.plugins.gpu.dra`) need: PCI address and root, device ID, driver, NUMA
-node(s), SR-IOV role and, where sysfs tells it, local memory.
+(:mod:`intel_device_plugins.plugins.gpu.dra`) need: its PCI function's place in sysfs, device ID,
+driver, NUMA node(s), SR-IOV role and, where sysfs tells it, local memory.
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ MONITORING_ID = "all"
 CARD_NAME = re.compile(r"^card[0-9]+$")
 CONTROL_NODE = re.compile(r"^controlD[0-9]+$")
 TILE_DIR = re.compile(r"^tile[0-9]+$")
-ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-"""The first directory under ``/sys/devices`` of a PCI function: its PCIe root complex."""
 MAX_MEMORY_BYTES = 1 << 50
 """A local memory size above 1 PiB is garbage, not a GPU."""
 
@@ -96,9 +94,10 @@ class GpuCard:
     """One usable card as a scan found it.
 
     ``info`` is what the device plugin serves (health, device nodes, mounts, CDI edits);
-    ``health_message`` says why a card is unhealthy (empty when healthy). ``pci_address``,
-    ``pcie_root`` and ``device_id`` are ``None`` when sysfs does not tell them; ``memory_bytes`` is
-    ``None`` for a card without local memory (integrated) or whose size cannot be read.
+    ``health_message`` says why a card is unhealthy (empty when healthy). ``sysfs_dir`` is the PCI
+    function's resolved directory, which tells its bus ID and root complex. ``device_id`` is
+    ``None`` when sysfs does not tell it; ``memory_bytes`` is ``None`` for a card without local
+    memory (integrated) or whose size cannot be read.
     """
 
     name: str
@@ -106,8 +105,7 @@ class GpuCard:
     info: DeviceInfo
     monitoring_nodes: tuple[DeviceNode, ...] = ()
     health_message: str = ""
-    pci_address: str | None = None
-    pcie_root: str | None = None
+    sysfs_dir: str = ""
     device_id: str | None = None
     sriov: SriovRole = SriovRole.NONE
     memory_bytes: int | None = None
@@ -194,19 +192,10 @@ class CardFacts:
     numa: tuple[int, ...]
     numa_problem: str
     mei_names: tuple[str, ...]
-    pcie_root: str | None = None
+    resolved: str = ""
+    """The PCI function's directory with every link resolved (``/sys/devices/pci…/<bdf>``)."""
     is_vf: bool = False
     sriov_capable: bool = False
-
-
-def pcie_root_of(pci_dir: str, sys_devices: str) -> str | None:
-    """``…/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0`` → ``pci0000:00``, as Kubernetes'
-    ``deviceattribute`` helper derives ``resource.kubernetes.io/pcieRoot``; ``None`` elsewhere."""
-    resolved = os.path.realpath(pci_dir)
-    if not resolved.startswith(sys_devices + "/"):
-        return None
-    first = resolved[len(sys_devices) + 1 :].split("/", 1)[0]
-    return first if ROOT_COMPLEX.match(first) else None
 
 
 def _sriov_capable(device_dir: str) -> bool:
@@ -237,7 +226,7 @@ def read_card_facts(device_dir: str, pci_dir: str, sys_devices: str) -> CardFact
         numa=numa,
         numa_problem=numa_problem,
         mei_names=_mei_names(pci_dir),
-        pcie_root=pcie_root_of(pci_dir, sys_devices),
+        resolved=os.path.realpath(pci_dir),
         is_vf=os.path.islink(os.path.join(device_dir, "physfn")),
         sriov_capable=_sriov_capable(device_dir),
     )
@@ -401,15 +390,13 @@ def _inspect_card(
     if options.enable_monitoring:
         mei = (os.path.join(view.dev_dir, mei_name) for mei_name in facts.mei_names)
         monitoring = nodes + tuple(DeviceNode(path, path, "rw") for path in mei)
-    address = os.path.basename(pci_dir)
     return GpuCard(
         name=name,
         driver=driver,
         info=info,
         monitoring_nodes=monitoring,
         health_message=health_message,
-        pci_address=address if PCI_ADDRESS.match(address) else None,
-        pcie_root=facts.pcie_root,
+        sysfs_dir=facts.resolved,
         device_id=facts.device_id,
         sriov=_sriov_role(facts),
         memory_bytes=memory,

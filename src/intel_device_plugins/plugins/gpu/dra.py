@@ -23,9 +23,9 @@ from typing import Any
 
 from intel_device_plugins.deviceplugin.model import CdiDevice
 from intel_device_plugins.deviceplugin.problems import ProblemLog
+from intel_device_plugins.deviceplugin.topology import devices_root
+from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import (
-    STANDARD_PCI_BUS_ID,
-    STANDARD_PCIE_ROOT,
     AllocatedDevice,
     AttributeValue,
     Capacity,
@@ -33,6 +33,7 @@ from intel_device_plugins.dra.model import (
     Inventory,
     RequestPolicy,
 )
+from intel_device_plugins.dra.placement import NUMA_NODE, pci_attributes_of_path
 from intel_device_plugins.dra.profile import default_claim_edits
 from intel_device_plugins.plugins.gpu.discovery import (
     KNOWN_DRIVERS,
@@ -49,10 +50,9 @@ log = logging.getLogger(__name__)
 
 DRIVER_NAME = NAMESPACE
 """The driver's name is the GPU plugin's resource namespace, and the attribute domain."""
-STANDARD_NUMA_NODE = "resource.kubernetes.io/numaNode"
-"""Kubernetes' standard NUMA attribute (scalar form: the function's ``numa_node``)."""
 MILLICORES_PER_CARD = 1000
 ADMIN_ACCESS_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
+"""The namespace label without which the API server refuses admin-access claims."""
 
 MODELS: Mapping[str, tuple[str, str]] = {
     "0x56a0": ("Arc", "A770"),
@@ -69,8 +69,11 @@ MODELS: Mapping[str, tuple[str, str]] = {
 neither attribute rather than a guess (``pciId`` is always there to select on)."""
 
 
-def card_attributes(card: GpuCard) -> dict[str, AttributeValue]:
-    """What a claim's CEL selectors and ``matchAttribute`` constraints can see of one card."""
+def card_attributes(card: GpuCard, sys_devices: str) -> dict[str, AttributeValue]:
+    """What a claim's CEL selectors and ``matchAttribute`` constraints can see of one card.
+
+    ``sys_devices`` is the resolved ``/sys/devices`` the card's PCI placement is read against.
+    """
     attributes: dict[str, AttributeValue] = {"driver": card.driver, "sriov": card.sriov.value}
     if card.device_id:
         attributes["pciId"] = card.device_id
@@ -79,12 +82,8 @@ def card_attributes(card: GpuCard) -> dict[str, AttributeValue]:
             attributes["family"], attributes["model"] = known
     if len(card.info.numa_nodes) == 1:
         # One node is the function's own; several would be a guess at which one counts.
-        attributes["numaNode"] = card.info.numa_nodes[0]
-        attributes[STANDARD_NUMA_NODE] = card.info.numa_nodes[0]
-    if card.pci_address:
-        attributes[STANDARD_PCI_BUS_ID] = card.pci_address
-    if card.pcie_root:
-        attributes[STANDARD_PCIE_ROOT] = card.pcie_root
+        attributes[NUMA_NODE] = card.info.numa_nodes[0]
+    attributes.update(pci_attributes_of_path(card.sysfs_dir, sys_devices))
     return attributes
 
 
@@ -100,10 +99,10 @@ def card_capacity(card: GpuCard) -> dict[str, Capacity]:
     }
 
 
-def card_device(card: GpuCard) -> Device:
+def card_device(card: GpuCard, sys_devices: str) -> Device:
     return Device(
         name=card.name,
-        attributes=card_attributes(card),
+        attributes=card_attributes(card, sys_devices),
         capacity=card_capacity(card),
         cdi=card.info.cdi,
         health=card.info.health,
@@ -112,11 +111,12 @@ def card_device(card: GpuCard) -> Device:
     )
 
 
-def inventory_of(scan: CardScan | str) -> Inventory:
+def inventory_of(scan: CardScan | str, sys_devices: str) -> Inventory:
     """A card scan as the driver's inventory; an unreadable DRM class directory means no devices."""
     if isinstance(scan, str):
         return Inventory(problems=(f"{scan}; no GPUs published",))
-    return Inventory(devices=tuple(card_device(card) for card in scan.cards), problems=scan.problems)
+    devices = tuple(card_device(card, sys_devices) for card in scan.cards)
+    return Inventory(devices=devices, problems=scan.problems)
 
 
 @dataclass
@@ -137,7 +137,8 @@ class GpuDriverProfile:
         return DRIVER_NAME
 
     def scan(self) -> Inventory:
-        inventory = inventory_of(scan_cards(self.prefix, self.options, self.cards))
+        scan = scan_cards(self.prefix, self.options, self.cards)
+        inventory = inventory_of(scan, devices_root(self.prefix or "/"))
         self.problems.report(inventory.problems)
         return inventory
 
@@ -154,45 +155,25 @@ class GpuDriverProfile:
         return default_claim_edits(DRIVER_NAME, claim_uid, allocated)
 
 
-# ----- DeviceClasses --------------------------------------------------------------------------
+# ----- DeviceClasses and the monitoring claim ------------------------------------------------
 
-
-def _driver_selector(driver_name: str) -> str:
-    return f'device.driver == "{driver_name}"'
-
-
-def device_class(
-    name: str,
-    selector: str,
-    extended_resource_name: str | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """One ``resource.k8s.io/v1`` DeviceClass with one CEL selector."""
-    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": selector}}]}
-    if extended_resource_name is not None:
-        spec["extendedResourceName"] = extended_resource_name
-    metadata: dict[str, Any] = {"name": name}
-    if labels:
-        metadata["labels"] = dict(labels)
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": metadata, "spec": spec}
-
-
-def gpu_device_classes(
-    driver_name: str = DRIVER_NAME, labels: Mapping[str, str] | None = None
-) -> tuple[dict[str, Any], ...]:
-    """``gpu.intel.com`` (every card) and one class per kernel driver (``i915.gpu.intel.com``,
-    ``xe.gpu.intel.com``) that serves the device plugin's extended resource of the same name, so pods
-    asking ``gpu.intel.com/i915: 1`` run unchanged on nodes where the DRA driver replaced the plugin."""
-    every = _driver_selector(driver_name)
-    classes = [device_class(driver_name, every, labels=labels)]
-    for kernel_driver in KNOWN_DRIVERS:
-        selector = f'{every} && device.attributes["{driver_name}"].driver == "{kernel_driver}"'
-        classes.append(
-            device_class(
-                f"{kernel_driver}.{driver_name}", selector, f"{NAMESPACE}/{kernel_driver}", labels=labels
-            )
+GPU_DEVICE_CLASSES = (
+    DeviceClassSpec(DRIVER_NAME, DRIVER_NAME),
+    *(
+        DeviceClassSpec(
+            f"{kernel_driver}.{DRIVER_NAME}",
+            DRIVER_NAME,
+            selector=f'device.attributes["{DRIVER_NAME}"].driver == "{kernel_driver}"',
+            extended_resource_name=f"{NAMESPACE}/{kernel_driver}",
         )
-    return tuple(classes)
+        for kernel_driver in KNOWN_DRIVERS
+    ),
+)
+"""``gpu.intel.com`` (every card) and one class per kernel driver (``i915.gpu.intel.com``,
+``xe.gpu.intel.com``) serving the device plugin's extended resource of the same name, so pods asking
+``gpu.intel.com/i915: 1`` run unchanged where the DRA driver replaced the plugin. The plugin's
+``monitoring`` resource has no class: monitoring is an admin-access claim
+(:func:`monitoring_claim_template`)."""
 
 
 def monitoring_claim_template(
