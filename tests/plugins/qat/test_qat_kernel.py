@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.deviceplugin.model import DeviceNode, default_allocation
+from intel_device_plugins.dra.model import AllocatedDevice
+from intel_device_plugins.plugins.qat.dra import QatKernelDriverProfile
 from intel_device_plugins.plugins.qat.kernel import (
     AdfDevice,
     CommandError,
@@ -326,3 +328,19 @@ def test_a_first_adf_ctl_that_never_answers_is_an_error() -> None:
     with pytest.raises(CommandError, match="no answer"):
         command.latest(first_wait=0.05)
     hung.set()
+
+
+def test_the_dra_driver_publishes_each_process_slot_and_numbers_sections_per_claim(tmp_path: Path) -> None:
+    profile = QatKernelDriverProfile(QatKernelPlugin(KernelPaths(node(tmp_path).root), Runner()))
+    devices = profile.scan().by_name()
+    assert {"ssl-dev0-0", "ssl-dev0-1", "pinned-dev0-0", "pinned-dev1-0"} <= set(devices)
+    pinned = devices["pinned-dev1-0"]
+    assert dict(pinned.attributes) == {"resource": "cy2_dc1", "section": "PINNED", "device": "dev1"}
+    assert any(node.container_path.endswith("/dev/qat_adf_ctl") for node in pinned.cdi.nodes)  # type: ignore[union-attr]
+    chosen = [devices["pinned-dev1-0"], devices["ssl-dev0-1"], devices["pinned-dev0-0"]]
+    edits = profile.claim_edits("u", [(AllocatedDevice("r", "n", d.name), d) for d in chosen])
+    assert [edit.env for edit in edits] == [
+        ("QAT_SECTION_NAME_cy2_dc1_0=PINNED", "QAT_SECTION_NAME=PINNED"),
+        ("QAT_SECTION_NAME_cy1_dc0_0=SSL", "QAT_SECTION_NAME=SSL"),
+        ("QAT_SECTION_NAME_cy2_dc1_1=PINNED", "QAT_SECTION_NAME=PINNED"),
+    ]

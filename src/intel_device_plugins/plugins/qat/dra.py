@@ -5,10 +5,15 @@ Each VF is one device with the services its PF is configured for (the plugin's r
 address and the VF's PCI device ID. Preparing gives what the plugin's allocation gives: the VF's
 vfio group node, ``/dev/vfio/vfio`` and ``QAT<n>=<address>`` numbered from 1 across the claim's VFs.
 The classes ``<services>.qat.intel.com`` map the plugin's resource names.
+
+Kernel mode (``-mode kernel``) publishes each user-process slot of a configuration section as a
+device (``section``, ``resource`` and ``device`` attributes) and prepares the section environment
+the kernel plugin gives, ``QAT_SECTION_NAME`` and ``QAT_SECTION_NAME_<resource>_<n>``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +30,8 @@ from intel_device_plugins.dra.model import (
 from intel_device_plugins.dra.placement import placement_attributes
 from intel_device_plugins.dra.profile import default_claim_edits
 from intel_device_plugins.plugins.qat.discovery import NAMESPACE, VirtualFunction
-from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin
+from intel_device_plugins.plugins.qat.kernel import SECTION_ENV
+from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlugin
 
 SERVICES = ("sym", "asym", "dc", "dcc", "decomp")
 """The services a PF can be configured for (``cy`` stands for sym plus asym)."""
@@ -126,3 +132,72 @@ class QatDriverProfile:
             replace(edit, env=(f"QAT{index}={address}",)) if address else edit
             for index, (edit, address) in enumerate(zip(edits, addresses, strict=True), start=1)
         ]
+
+
+_NOT_IN_LABEL = re.compile(r"[^a-z0-9-]+")
+
+
+def slot_device_name(device_id: str) -> str:
+    """``SSL_dev0_1`` → ``ssl-dev0-1``: section names are free text, device names DNS labels."""
+    return _NOT_IN_LABEL.sub("-", device_id.lower()).strip("-")[:63].rstrip("-") or "slot"
+
+
+def scan_slot_devices(plugin: QatKernelPlugin) -> Inventory:
+    """The kernel plugin's process slots as devices. Raises as the plugin does when ``adf_ctl`` fails
+    (the driver then keeps publishing what it published before)."""
+    tree = plugin.scan()
+    devices: list[Device] = []
+    taken: set[str] = set()
+    for resource, slots in tree.items():
+        for slot_id, info in slots.items():
+            name = slot_device_name(slot_id)
+            while name in taken:
+                name = f"{name[:58]}-{len(taken)}"
+            taken.add(name)
+            section, device, _process = slot_id.rsplit("_", 2)
+            devices.append(
+                Device(
+                    name=name,
+                    attributes={"resource": resource, "section": section, "device": device},
+                    cdi=CdiDevice(kind=f"{NAMESPACE}/slot", name=name, nodes=info.nodes, mounts=info.mounts),
+                    health=info.health,
+                )
+            )
+    return Inventory(devices=tuple(devices), problems=tuple(plugin.problems.current))
+
+
+@dataclass
+class QatKernelDriverProfile:
+    plugin: QatKernelPlugin
+
+    @property
+    def driver_name(self) -> str:
+        return NAMESPACE
+
+    def scan(self) -> Inventory:
+        return scan_slot_devices(self.plugin)
+
+    def watch_paths(self) -> Sequence[Path]:
+        return ()
+
+    def uevent_subsystems(self) -> Collection[str]:
+        return ("pci",)
+
+    def claim_edits(
+        self, claim_uid: str, allocated: Sequence[tuple[AllocatedDevice, Device]]
+    ) -> Sequence[CdiDevice]:
+        """Per resource, the sections numbered from 0 in allocation order; ``QAT_SECTION_NAME`` is the
+        last one's, as the kernel plugin numbers a container's devices."""
+        edits = default_claim_edits(self.driver_name, claim_uid, allocated)
+        numbers: dict[str, int] = {}
+        result = []
+        for edit, (_, device) in zip(edits, allocated, strict=True):
+            resource, section = str(device.attributes["resource"]), str(device.attributes["section"])
+            number = numbers.get(resource, 0)
+            numbers[resource] = number + 1
+            result.append(
+                replace(
+                    edit, env=(f"{SECTION_ENV}_{resource}_{number}={section}", f"{SECTION_ENV}={section}")
+                )
+            )
+        return result

@@ -1,0 +1,203 @@
+"""FPGAs as a DRA driver (``fpga.intel.com``), on the plugin's own discovery.
+
+Two shapes, as the plugin's modes:
+
+* ``af``: every port is a device with its interface ID (the region's blue bitstream) and its AFU ID
+  (the function programmed now) as attributes; a claim picks a function with a CEL selector.
+* ``region``: every FPGA region (FME) is a device with its interface ID. A claim names the function it
+  wants in its opaque configuration (``{"afuId": "<id>"}``), and preparing gives the container the
+  region's ports, ``FPGA_REGION_<n>``/``FPGA_AFU_<n>`` and the ``createRuntime`` hook, which programs
+  the bitstream before the container starts, exactly as in the plugin's region mode.
+  ``regiondevel`` gives the FME node instead of the hook, for development.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Health
+from intel_device_plugins.deviceplugin.numa_cache import NumaCache
+from intel_device_plugins.deviceplugin.topology import TopologyError
+from intel_device_plugins.dra.classes import DeviceClassSpec
+from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
+from intel_device_plugins.dra.placement import placement_attributes
+from intel_device_plugins.dra.profile import ClaimPreparationError, default_claim_edits
+from intel_device_plugins.plugins.fpga.bitstream import canonical_id, is_safe_id
+from intel_device_plugins.plugins.fpga.crihook import AFU_PREFIX, REGION_PREFIX
+from intel_device_plugins.plugins.fpga.discovery import (
+    CRI_HOOK_PATH,
+    NAMESPACE,
+    UNUSABLE_ID,
+    Mode,
+    Port,
+    discover_fpgas,
+)
+from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
+
+AFU_PARAMETER = "afuId"
+
+
+def dns_label(name: str) -> str:
+    """``intel-fpga-port.0`` → ``intel-fpga-port-0``."""
+    return name.replace(".", "-").lower()
+
+
+def _port_node(prefix: str, port: Port) -> DeviceNode:
+    path = f"{prefix}/dev/{port.name}"
+    return DeviceNode(path, path, "rw")
+
+
+def _placement(prefix: str, ports: Sequence[Port], numa: NumaCache) -> dict[str, AttributeValue]:
+    nodes: set[int] = set()
+    for port in ports:
+        # Discovery already reports unreadable topology; the device is then published without it.
+        with contextlib.suppress(TopologyError):
+            nodes.update(numa(port.pci_dir))
+    return placement_attributes(prefix, ports[0].pci_dir[len(prefix) :], tuple(sorted(nodes)))
+
+
+def port_devices(prefix: str, ports: Sequence[Port], numa: NumaCache) -> list[Device]:
+    devices = []
+    for port in ports:
+        unusable = port.afu_id == UNUSABLE_ID
+        devices.append(
+            Device(
+                name=dns_label(port.name),
+                attributes={
+                    "interfaceId": port.fme.interface_id,
+                    "afuId": port.afu_id,
+                    "region": dns_label(port.fme.name),
+                    **_placement(prefix, (port,), numa),
+                },
+                cdi=CdiDevice(
+                    kind=f"{NAMESPACE}/port", name=dns_label(port.name), nodes=(_port_node(prefix, port),)
+                ),
+                health=Health.UNHEALTHY if unusable else Health.HEALTHY,
+                health_message=f"{port.name} reports no usable function (being reprogrammed, or failed)"
+                if unusable
+                else "",
+            )
+        )
+    return devices
+
+
+def region_devices(prefix: str, ports: Sequence[Port], numa: NumaCache, devel: bool) -> list[Device]:
+    regions: dict[str, list[Port]] = {}
+    for port in ports:
+        regions.setdefault(port.fme.name, []).append(port)
+    devices = []
+    for name, members in regions.items():
+        fme = members[0].fme
+        nodes = tuple(_port_node(prefix, port) for port in members)
+        if devel:
+            cdi = CdiDevice(
+                kind=f"{NAMESPACE}/region",
+                name=dns_label(name),
+                nodes=(*nodes, DeviceNode(fme.node, fme.node, "rw")),
+            )
+        else:
+            cdi = CdiDevice(
+                kind=f"{NAMESPACE}/region",
+                name=dns_label(name),
+                nodes=nodes,
+                create_runtime_hooks=(CRI_HOOK_PATH,),
+            )
+        unusable = fme.interface_id == UNUSABLE_ID
+        devices.append(
+            Device(
+                name=dns_label(name),
+                attributes={
+                    "interfaceId": fme.interface_id,
+                    "afuId": members[0].afu_id,
+                    "ports": len(members),
+                    **_placement(prefix, members, numa),
+                },
+                cdi=cdi,
+                health=Health.UNHEALTHY if unusable else Health.HEALTHY,
+                health_message=f"{name} reports no usable interface (blue bitstream being loaded, or failed)"
+                if unusable
+                else "",
+            )
+        )
+    return devices
+
+
+def requested_afu(result: AllocatedDevice) -> str:
+    """The AFU ID the claim asks for in its opaque configuration (the last entry naming one wins)."""
+    afu = ""
+    for text in result.config:
+        try:
+            parameters: Any = json.loads(text)
+        except ValueError as error:
+            raise ClaimPreparationError(
+                f"request {result.request}: configuration is not JSON: {error}"
+            ) from None
+        if isinstance(parameters, dict) and AFU_PARAMETER in parameters:
+            value = parameters[AFU_PARAMETER]
+            if not isinstance(value, str):
+                raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} must be a string")
+            afu = canonical_id(value)
+    if not afu:
+        raise ClaimPreparationError(
+            f"request {result.request}: region {result.device} needs the function to program; "
+            f'give it as opaque configuration {{"{AFU_PARAMETER}": "<id>"}} for driver {NAMESPACE}'
+        )
+    if not is_safe_id(afu):
+        raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} {afu!r} is not a valid ID")
+    return afu
+
+
+FPGA_DEVICE_CLASSES = (DeviceClassSpec(NAMESPACE, NAMESPACE),)
+"""AF resource names encode bitstream IDs that only the cluster's users know, so there is one class;
+claims select by ``interfaceId``/``afuId``."""
+
+
+@dataclass
+class FpgaDriverProfile:
+    prefix: str = ""
+    mode: Mode = Mode.AF
+    plugin: FpgaPlugin = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.plugin = FpgaPlugin(self.prefix, self.mode)
+
+    @property
+    def driver_name(self) -> str:
+        return NAMESPACE
+
+    def scan(self) -> Inventory:
+        inventory = discover_fpgas(self.plugin.root)
+        prefix = str(self.plugin.root).rstrip("/")
+        if self.mode is Mode.AF:
+            devices = port_devices(prefix, inventory.ports, self.plugin.numa)
+        else:
+            devices = region_devices(prefix, inventory.ports, self.plugin.numa, self.mode is Mode.REGIONDEVEL)
+        return Inventory(devices=tuple(devices), problems=inventory.problems)
+
+    def watch_paths(self) -> Sequence[Path]:
+        return self.plugin.watch_paths()
+
+    def uevent_subsystems(self) -> Collection[str]:
+        return self.plugin.uevent_subsystems()
+
+    def claim_edits(
+        self, claim_uid: str, allocated: Sequence[tuple[AllocatedDevice, Device]]
+    ) -> Sequence[CdiDevice]:
+        edits = default_claim_edits(self.driver_name, claim_uid, allocated)
+        if self.mode is not Mode.REGION:
+            return edits
+        return [
+            replace(
+                edit,
+                env=(
+                    f"{REGION_PREFIX}{index}={device.attributes['interfaceId']}",
+                    f"{AFU_PREFIX}{index}={requested_afu(result)}",
+                ),
+            )
+            for index, (edit, (result, device)) in enumerate(zip(edits, allocated, strict=True), start=1)
+        ]

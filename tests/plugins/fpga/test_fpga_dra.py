@@ -1,0 +1,78 @@
+"""FPGA ports and regions as DRA devices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from intel_device_plugins.dra.model import STANDARD_PCIE_ROOT, AllocatedDevice
+from intel_device_plugins.dra.profile import ClaimPreparationError
+from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH, Mode
+from intel_device_plugins.plugins.fpga.dra import FpgaDriverProfile
+from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB0_AFU
+from tests.builders import two_socket_node as node
+
+NODE = "[[fpga]]\ncount = 2\nports = 1\nnuma_node = 1\n"
+
+
+def test_af_mode_publishes_each_port_with_its_ids(tmp_path: Path) -> None:
+    node(tmp_path, NODE)
+    inventory = FpgaDriverProfile(str(tmp_path), Mode.AF).scan()
+    assert inventory.problems == ()
+    devices = inventory.by_name()
+    assert sorted(devices) == ["dfl-port-0", "dfl-port-1"]
+    port = devices["dfl-port-0"]
+    assert port.attributes["interfaceId"] == ARRIA10_INTERFACE.replace("-", "")
+    assert port.attributes["afuId"] == NLB0_AFU.replace("-", "")
+    assert port.attributes["numaNode"] == 1
+    assert str(port.attributes[STANDARD_PCIE_ROOT]).startswith("pci")
+    assert port.cdi is not None and port.cdi.create_runtime_hooks == ()
+
+
+def region_claim(profile: FpgaDriverProfile, device: str, *config: dict[str, object]) -> AllocatedDevice:
+    return AllocatedDevice("fpga", "node", device, config=tuple(json.dumps(c) for c in config))
+
+
+def test_region_mode_prepares_the_hook_and_the_requested_function(tmp_path: Path) -> None:
+    node(tmp_path, NODE)
+    profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
+    devices = profile.scan().by_name()
+    assert sorted(devices) == ["dfl-fme-0", "dfl-fme-1"]
+    region = devices["dfl-fme-1"]
+    claim = region_claim(
+        profile, "dfl-fme-1", {"afuId": "AAAA-bbbb"}, {"afuId": "d8424dc4a4a3c413f89e433683f9040b"}
+    )
+    (edit,) = profile.claim_edits("u", [(claim, region)])
+    assert edit.create_runtime_hooks == (CRI_HOOK_PATH,)
+    assert edit.env == (
+        f"FPGA_REGION_1={region.attributes['interfaceId']}",
+        "FPGA_AFU_1=d8424dc4a4a3c413f89e433683f9040b",
+    ), "the claim's last entry naming a function wins"
+    assert [n.host_path for n in edit.nodes] == [f"{tmp_path}/dev/dfl-port.1"]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ((), "needs the function to program"),
+        (({"afuId": "../../etc"},), "not a valid ID"),
+        (({"afuId": 7},), "must be a string"),
+    ],
+)
+def test_region_claims_without_a_usable_function_fail_naming_the_request(
+    tmp_path: Path, config: tuple[dict[str, object], ...], message: str
+) -> None:
+    node(tmp_path, NODE)
+    profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
+    region = profile.scan().by_name()["dfl-fme-0"]
+    with pytest.raises(ClaimPreparationError, match=message):
+        profile.claim_edits("u", [(region_claim(profile, "dfl-fme-0", *config), region)])
+
+
+def test_regiondevel_gives_the_fme_node_and_no_hook(tmp_path: Path) -> None:
+    node(tmp_path, NODE)
+    region = FpgaDriverProfile(str(tmp_path), Mode.REGIONDEVEL).scan().by_name()["dfl-fme-0"]
+    assert region.cdi is not None and region.cdi.create_runtime_hooks == ()
+    assert any("fme" in n.host_path for n in region.cdi.nodes)
