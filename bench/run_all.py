@@ -23,6 +23,7 @@ BENCHMARKS = (
     ("FPGA", "bench_fpga.py"),
     ("FPGA CRI hook and bitstreams", "bench_fpga_hook.py"),
     ("Node footprint: one process against one per kind", "bench_footprint.py"),
+    ("DRA: NodePrepareResources", "bench_dra_prepare.py"),
 )
 
 

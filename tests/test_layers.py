@@ -19,7 +19,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 FORBIDDEN = (
     ("intel_device_plugins/rmd/model.py", "intel_device_plugins.operator.model", "The Kubernetes toolkit"),
     ("intel_device_plugins/kube/watch.py", "intel_device_plugins.webhooks.store", "The Kubernetes toolkit"),
-    ("intel_device_plugins/deviceplugin/model.py", "intel_device_plugins.plugins.gpu", "The device-plugin"),
+    ("intel_device_plugins/deviceplugin/model.py", "intel_device_plugins.plugins.gpu", "The frameworks"),
     ("intel_device_plugins/plugins/gpu/plugin.py", "intel_device_plugins.plugins.qat", "The plugins are"),
     ("intel_device_plugins/sim/kubelets.py", "k8stest.binaries", "Nothing shipped"),
     ("intel_device_plugins/operator/kinds/qat.py", "intel_device_plugins.deviceplugin", "The operator knows"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
 import yaml
 
 from intel_device_plugins.deviceplugin.cdi import cdi_spec_document, cdi_spec_file_name, write_cdi_spec
@@ -35,10 +36,16 @@ def test_hooks_are_written_for_create_runtime() -> None:
     assert edits == {"hooks": [{"hookName": "createRuntime", "path": "/opt/hook"}]}
 
 
-def test_environment_entries_are_written_as_given() -> None:
-    device = CdiDevice(kind="k8s.qat.intel.com/claim", name="u-vf", env=("QAT1=0000:3d:01.0",))
-    edits = cdi_spec_document(device)["devices"][0]["containerEdits"]
-    assert edits == {"env": ["QAT1=0000:3d:01.0"]}
+def test_env_is_written_as_container_edits() -> None:
+    device = CdiDevice(kind="k8s.gpu.intel.com/claim", name="u-card0", env=("A=1", "B=x=y"))
+    assert cdi_spec_document(device)["devices"][0]["containerEdits"] == {"env": ["A=1", "B=x=y"]}
+    assert "env" not in cdi_spec_document(DEVICE)["devices"][0]["containerEdits"]
+
+
+def test_env_entry_without_a_key_is_refused() -> None:
+    for bad in ("NOVALUE", "=1"):
+        with pytest.raises(ValueError, match=f"u-card0: env entry '{bad}'"):
+            CdiDevice(kind="k8s.gpu.intel.com/claim", name="u-card0", env=(bad,))
 
 
 def test_file_name_and_mode(tmp_path: Path) -> None:

@@ -8,19 +8,27 @@ from pathlib import Path
 
 from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as dp
 from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr
+from intel_device_plugins.dra.api import dra_health_v1_pb2 as health
+from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as health_alpha
+from intel_device_plugins.dra.api import dra_v1_pb2 as dra
 
 REPO = Path(__file__).resolve().parents[2]
-API = Path("intel_device_plugins/deviceplugin/api")
+API_DIRS = (Path("intel_device_plugins/deviceplugin/api"), Path("intel_device_plugins/dra/api"))
 
 
 def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(REPO / "tools" / "genproto.py"), str(tmp_path)], check=True)
-    generated = sorted(p.name for p in (tmp_path / API).iterdir() if "_pb2" in p.name)
-    assert generated, "generator produced nothing"
-    for name in generated:
-        fresh = (tmp_path / API / name).read_text()
-        committed = (REPO / "src" / API / name).read_text()
-        assert fresh == committed, f"{name} is stale: run `make protos`"
+    for api in API_DIRS:
+        protos = sorted(p.stem for p in (REPO / "src" / api).glob("*.proto"))
+        committed_stubs = sorted(p.name for p in (REPO / "src" / api).iterdir() if "_pb2" in p.name)
+        generated = sorted(p.name for p in (tmp_path / api).iterdir() if "_pb2" in p.name)
+        # Four files per proto; a proto the generator forgets leaves its stubs unchecked otherwise.
+        assert len(generated) == 4 * len(protos), f"{api}: generated {generated} for protos {protos}"
+        assert generated == committed_stubs, f"{api}: committed stubs differ from the generated set"
+        for name in generated:
+            fresh = (tmp_path / api / name).read_text()
+            committed = (REPO / "src" / api / name).read_text()
+            assert fresh == committed, f"{api / name} is stale: run `make protos`"
 
 
 def test_device_plugin_wire_names() -> None:
@@ -50,3 +58,33 @@ def test_pod_resources_wire_names() -> None:
     fields = {f.name: f.number for f in pr.ContainerResources.DESCRIPTOR.fields}
     assert fields == {"name": 1, "devices": 2, "cpu_ids": 3, "memory": 4, "dynamic_resources": 5}
     assert "share_id" in {f.name for f in pr.ClaimResource.DESCRIPTOR.fields}
+
+
+def test_dra_wire_names() -> None:
+    """The kubelet calls these full names; the registration strings are ``<package>.<service>``."""
+    assert (
+        dra.DESCRIPTOR.services_by_name["DRAPlugin"].full_name == "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+    )
+    methods = set(dra.DESCRIPTOR.services_by_name["DRAPlugin"].methods_by_name)
+    assert methods == {"NodePrepareResources", "NodeUnprepareResources"}
+    fields = {f.name: f.number for f in dra.Device.DESCRIPTOR.fields}
+    assert fields == {
+        "request_names": 1,
+        "pool_name": 2,
+        "device_name": 3,
+        "cdi_device_ids": 4,
+        "share_id": 5,
+    }
+    assert {f.name: f.number for f in dra.Claim.DESCRIPTOR.fields} == {"namespace": 1, "uid": 2, "name": 3}
+    for module, package in ((health, "v1"), (health_alpha, "v1alpha1")):
+        service = module.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+        assert service.full_name == f"{package}.DRAResourceHealth"
+        assert set(service.methods_by_name) == {"NodeWatchResources"}
+        fields = {f.name: f.number for f in module.DeviceHealth.DESCRIPTOR.fields}
+        assert fields == {
+            "device": 1,
+            "health": 2,
+            "last_updated_time": 3,
+            "health_check_timeout_seconds": 4,
+            "message": 5,
+        }

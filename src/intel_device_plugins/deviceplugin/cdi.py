@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,24 @@ def _mount_entry(mount: Mount, device: CdiDevice) -> dict[str, Any]:
 
 def cdi_spec_document(device: CdiDevice) -> dict[str, Any]:
     """The CDI spec (as a YAML-ready mapping) describing exactly one device."""
+    return cdi_spec_document_for((device,))
+
+
+def cdi_spec_document_for(devices: Sequence[CdiDevice]) -> dict[str, Any]:
+    """One CDI spec describing several devices of one kind (a DRA claim's devices share a spec)."""
+    if not devices:
+        raise ValueError("a CDI spec needs at least one device")
+    kinds = {device.kind for device in devices}
+    if len(kinds) != 1:
+        raise ValueError(f"one CDI spec holds one kind, got {sorted(kinds)}")
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": devices[0].kind,
+        "devices": [{"name": device.name, "containerEdits": _edits(device)} for device in devices],
+    }
+
+
+def _edits(device: CdiDevice) -> dict[str, Any]:
     edits: dict[str, Any] = {}
     if device.nodes:
         edits["deviceNodes"] = [
@@ -69,11 +88,7 @@ def cdi_spec_document(device: CdiDevice) -> dict[str, Any]:
         edits["env"] = list(device.env)
     if device.create_runtime_hooks:
         edits["hooks"] = [{"hookName": "createRuntime", "path": path} for path in device.create_runtime_hooks]
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": device.kind,
-        "devices": [{"name": device.name, "containerEdits": edits}],
-    }
+    return edits
 
 
 def cdi_spec_file_name(device: CdiDevice) -> str:
@@ -89,10 +104,19 @@ def write_cdi_spec(cdi_dir: Path, device: CdiDevice) -> Path:
     the errno when it cannot be written (directory missing and not creatable, a file in its place,
     disk full, read-only).
     """
+    return write_cdi_document(cdi_dir, cdi_spec_file_name(device), cdi_spec_document(device))
+
+
+def write_cdi_document(cdi_dir: Path, file_name: str, document: dict[str, Any]) -> Path:
+    """Write ``document`` as ``cdi_dir/file_name`` as :func:`write_cdi_spec` does (atomic, 0644, no
+    rewrite when identical). ``file_name`` must be a plain ``*.yaml`` name: it never leaves ``cdi_dir``."""
     import yaml  # only needed when a spec is written; keeps plugin start-up lean
 
-    path = cdi_dir / cdi_spec_file_name(device)
-    content = yaml.safe_dump(cdi_spec_document(device), sort_keys=False).encode("utf-8")
+    if "/" in file_name or file_name.startswith(".") or not file_name.endswith(".yaml"):
+        raise ValueError(f"CDI spec file name {file_name!r} is not a plain *.yaml name")
+    path = cdi_dir / file_name
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml is ten times faster when present
+    content = yaml.dump(document, Dumper=dumper, sort_keys=False).encode("utf-8")
     try:
         if path.read_bytes() == content:
             return path

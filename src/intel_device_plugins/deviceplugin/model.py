@@ -49,7 +49,7 @@ class CdiDevice:
     """One device of a Container Device Interface spec.
 
     ``kind`` is the fully qualified CDI kind (``intel.cdi.k8s.io/gpu``); the container receives the
-    name ``<kind>=<name>``.
+    name ``<kind>=<name>``. ``env`` entries are ``KEY=VALUE`` (CDI's form), set in the container.
     """
 
     kind: str
@@ -61,6 +61,11 @@ class CdiDevice:
     create_runtime_hooks: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     """``KEY=VALUE`` entries the container's environment gets."""
+
+    def __post_init__(self) -> None:
+        for entry in self.env:
+            if "=" not in entry or entry.startswith("="):
+                raise ValueError(f"CDI device {self.kind}={self.name}: env entry {entry!r} is not KEY=VALUE")
 
     @property
     def qualified_name(self) -> str:

@@ -194,12 +194,14 @@ class ClaimRef:
 
 @dataclass(frozen=True)
 class PreparedDevice:
-    """What prepare answered for one allocated device: its request(s) and the CDI IDs it gets."""
+    """What prepare answered for one allocated device: its request(s), the CDI IDs it gets and, for a
+    share of a device that allows several allocations, the allocation's share ID."""
 
     requests: tuple[str, ...]
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,327 @@
+"""The prepared claims on disk, so a restarted driver (or the next instance in a rolling update) can
+answer a repeated prepare identically and unprepare what an earlier process prepared.
+
+One file per driver, ``<plugins dir>/<driver>/checkpoint.json``, in JSON lines: a header naming the
+version and the driver, then records, each one line: ``{"prepared": {...claim...}}`` or
+``{"unprepared": "<uid>"}``; the last record for a UID wins. A change appends its records in one
+``write`` and ``fdatasync``s before the call is answered: a tenth of what rewriting the file (temporary
+file, fsync, rename) costs on a journalling file system, where the rename waits for the data. When
+records outnumber the claims (more than twice, plus 64), the file is rewritten whole and atomically
+(temporary file, fsync, rename, as the kubelet's own checkpoint store writes), so it stays bounded.
+
+A power cut during an append leaves a last line without its newline: that record was never answered
+as done, so it is ignored, and the next change rewrites the file first. Any other damage is an error
+naming the file and the line. Two instances of a driver run side by side during a rolling update and
+share the file: every change happens under an exclusive ``flock`` on a lock file beside it, and a
+process re-reads the file whenever its identity (inode, size, change time) is not what it last saw.
+``encode``/``decode`` are pure; :class:`Checkpoint` is the only part that touches the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from intel_device_plugins.dra.model import ClaimRef, PreparedClaim, PreparedDevice
+
+VERSION = 1
+FILE_NAME = "checkpoint.json"
+LOCK_NAME = "checkpoint.lock"
+MAX_BYTES = 16 * 1024 * 1024
+"""Far above what a node's prepared claims take (about 300 bytes each); a bound on what is read."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or written; the message names the file and what is wrong."""
+
+
+def _claim_entry(claim: PreparedClaim) -> dict[str, Any]:
+    return {
+        "uid": claim.claim.uid,
+        "namespace": claim.claim.namespace,
+        "name": claim.claim.name,
+        "devices": [
+            {
+                "requests": list(device.requests),
+                "pool": device.pool,
+                "device": device.device,
+                "cdiDeviceIDs": list(device.cdi_device_ids),
+                **({"shareID": device.share_id} if device.share_id is not None else {}),
+            }
+            for device in claim.devices
+        ],
+        "cdiSpecFiles": list(claim.cdi_spec_files),
+    }
+
+
+def _line(record: Mapping[str, Any]) -> bytes:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def encode_records(before: Mapping[str, PreparedClaim], after: Mapping[str, PreparedClaim]) -> bytes:
+    """The records that turn ``before`` into ``after``: nothing when they are equal."""
+    lines = [_line({"unprepared": uid}) for uid in before if uid not in after]
+    lines += [
+        _line({"prepared": _claim_entry(claim)}) for uid, claim in after.items() if before.get(uid) != claim
+    ]
+    return b"".join(lines)
+
+
+def encode(driver: str, claims: Mapping[str, PreparedClaim]) -> bytes:
+    """A whole file: the header and one record per claim; deterministic for a given mapping."""
+    return _line({"version": VERSION, "driver": driver}) + encode_records({}, claims)
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise CheckpointError(f"{where} is not a list of strings")
+    return tuple(value)
+
+
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise CheckpointError(f"{where} is not a string")
+    return value
+
+
+def _claim(uid: str, entry: Any, where: str) -> PreparedClaim:
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{where} is not an object")
+    devices = entry.get("devices")
+    if not isinstance(devices, list):
+        raise CheckpointError(f"{where}.devices is not a list")
+    prepared: list[PreparedDevice] = []
+    for index, device in enumerate(devices):
+        at = f"{where}.devices[{index}]"
+        if not isinstance(device, dict):
+            raise CheckpointError(f"{at} is not an object")
+        share_id = device.get("shareID")
+        prepared.append(
+            PreparedDevice(
+                requests=_strings(device.get("requests"), f"{at}.requests"),
+                pool=_string(device.get("pool"), f"{at}.pool"),
+                device=_string(device.get("device"), f"{at}.device"),
+                cdi_device_ids=_strings(device.get("cdiDeviceIDs"), f"{at}.cdiDeviceIDs"),
+                share_id=None if share_id is None else _string(share_id, f"{at}.shareID"),
+            )
+        )
+    files = _strings(entry.get("cdiSpecFiles", []), f"{where}.cdiSpecFiles")
+    for name in files:
+        # Unprepare deletes these: a name with a path in it would reach outside the CDI directory.
+        if not name or "/" in name or name.startswith("."):
+            raise CheckpointError(f"{where}.cdiSpecFiles: {name!r} is not a plain file name")
+    return PreparedClaim(
+        claim=ClaimRef(
+            namespace=_string(entry.get("namespace"), f"{where}.namespace"),
+            name=_string(entry.get("name"), f"{where}.name"),
+            uid=uid,
+        ),
+        devices=tuple(prepared),
+        cdi_spec_files=files,
+    )
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A file's claims, how many records it holds, and whether its last line was cut short."""
+
+    claims: dict[str, PreparedClaim]
+    records: int
+    torn: bool
+
+
+def _record(line: bytes, where: str) -> Any:
+    try:
+        return json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{where} is not valid JSON: {error}") from error
+
+
+def decode_file(data: bytes, source: str, driver: str) -> Decoded:
+    """The claims in a checkpoint's bytes; :class:`CheckpointError` naming ``source``, the line and field."""
+    lines = data.split(b"\n")
+    torn = lines[-1] != b""  # a final line without its newline: an append cut short
+    lines = lines[:-1]
+    if not lines:
+        if torn:
+            raise CheckpointError(f"checkpoint {source} has no complete header line")
+        raise CheckpointError(f"checkpoint {source} is empty")
+    header = _record(lines[0], f"checkpoint {source} line 1")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"checkpoint {source} line 1 is not a JSON object")
+    version = header.get("version")
+    if version != VERSION:
+        raise CheckpointError(f"checkpoint {source} has version {version!r}; this driver reads {VERSION}")
+    if header.get("driver") != driver:
+        raise CheckpointError(
+            f"checkpoint {source} belongs to driver {header.get('driver')!r}, not {driver!r}"
+        )
+    claims: dict[str, PreparedClaim] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        where = f"checkpoint {source} line {number}"
+        record = _record(line, where)
+        if isinstance(record, dict) and "unprepared" in record:
+            claims.pop(_string(record["unprepared"], f"{where}: unprepared"), None)
+        elif isinstance(record, dict) and isinstance(record.get("prepared"), dict):
+            entry = record["prepared"]
+            uid = _string(entry.get("uid"), f"{where}: prepared.uid")
+            claims[uid] = _claim(uid, entry, f"{where}: prepared")
+        else:
+            raise CheckpointError(f"{where} is neither a prepared nor an unprepared record")
+    return Decoded(claims, len(lines) - 1, torn)
+
+
+def decode(data: bytes, source: str, driver: str) -> dict[str, PreparedClaim]:
+    """The claims in a checkpoint's bytes (see :func:`decode_file`)."""
+    return decode_file(data, source, driver).claims
+
+
+Identity = tuple[int, int, int, int]
+"""inode, size, modification and change time (ns): a file nobody touched keeps all four."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    identity: Identity
+    decoded: Decoded
+
+
+def compaction_due(records: int, claims: int) -> bool:
+    """Rewrite the file once records outnumber the claims they describe by this much."""
+    return records > 2 * claims + 64
+
+
+class Checkpoint:
+    """The checkpoint file of one driver. Reads and writes block briefly; callers run them inline."""
+
+    def __init__(self, path: Path, driver: str) -> None:
+        self.path = path
+        self.driver = driver
+        self._seen: _Seen | None = None
+
+    @classmethod
+    def for_driver(cls, plugins_dir: Path, driver: str) -> Checkpoint:
+        """``<plugins dir>/<driver>/checkpoint.json``, the directory the kubelet gives the driver."""
+        return cls(plugins_dir / driver / FILE_NAME, driver)
+
+    def _identity(self, fd: int | None = None) -> Identity | None:
+        try:
+            info = os.fstat(fd) if fd is not None else os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {error.strerror}") from error
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+    def _read(self) -> Decoded | None:
+        identity = self._identity()
+        if identity is None:
+            self._seen = None
+            return None
+        if self._seen is not None and self._seen.identity == identity:
+            return self._seen.decoded
+        try:
+            with open(self.path, "rb") as file:
+                data = file.read(MAX_BYTES + 1)
+                identity = self._identity(file.fileno())
+        except FileNotFoundError:
+            self._seen = None
+            return None
+        except OSError as error:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {error.strerror}") from error
+        if len(data) > MAX_BYTES:
+            raise CheckpointError(f"checkpoint {self.path} is larger than {MAX_BYTES} bytes")
+        decoded = decode_file(data, os.fspath(self.path), self.driver)
+        if identity is not None and identity[1] == len(data):  # not appended to while being read
+            self._seen = _Seen(identity, decoded)
+        return decoded
+
+    def load(self) -> dict[str, PreparedClaim]:
+        """The claims on disk; none when there is no file yet."""
+        decoded = self._read()
+        return {} if decoded is None else dict(decoded.claims)
+
+    def save(self, claims: Mapping[str, PreparedClaim]) -> None:
+        """Replace the file with ``claims``, atomically (the compacted form)."""
+        content = encode(self.driver, claims)
+        directory = self.path.parent
+        temporary = directory / f".{self.path.name}.{os.urandom(4).hex()}.tmp"
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                _write_all(fd, content)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, self.path)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            raise CheckpointError(f"cannot write checkpoint {self.path}: {error.strerror}") from error
+        identity = self._identity()  # after the rename, which may touch the change time
+        self._seen = None if identity is None else _Seen(identity, Decoded(dict(claims), len(claims), False))
+
+    def _append(self, seen: Decoded, after: dict[str, PreparedClaim], records: bytes) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            try:
+                _write_all(fd, records)
+                os.fdatasync(fd)
+                identity = self._identity(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            raise CheckpointError(f"cannot write checkpoint {self.path}: {error.strerror}") from error
+        count = seen.records + records.count(b"\n")
+        self._seen = None if identity is None else _Seen(identity, Decoded(after, count, False))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        lock = self.path.parent / LOCK_NAME
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise CheckpointError(f"cannot open checkpoint lock {lock}: {error.strerror}") from error
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def update(
+        self, change: Callable[[dict[str, PreparedClaim]], dict[str, PreparedClaim] | None]
+    ) -> dict[str, PreparedClaim]:
+        """Read, apply ``change`` and record the difference under the lock; the claims now on disk.
+
+        ``change`` edits the mapping in place or returns a new one. Nothing is written when the claims
+        did not change, so a repeated unprepare costs no disk write.
+        """
+        with self._locked():
+            seen = self._read()
+            before = {} if seen is None else seen.claims
+            after = dict(before)
+            replaced = change(after)
+            if replaced is not None:
+                after = replaced
+            if after == before:
+                return after
+            records = encode_records(before, after)
+            if seen is None or seen.torn or compaction_due(seen.records + records.count(b"\n"), len(after)):
+                self.save(after)
+            else:
+                self._append(seen, after, records)
+            return dict(after)
+
+
+def _write_all(fd: int, content: bytes) -> None:
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,0 +1,338 @@
+"""The gRPC services the kubelet calls on a DRA driver's socket: claim preparation and device health.
+
+``v1.DRAPlugin``: the kubelet sends the claims of a pod in one call; each is prepared on its own and
+answered with its CDI IDs or its error, because the kubelet fails only the claims with an error and
+calls again for them. A claim already in the checkpoint (with its spec file still there) is answered
+from it without reading the API server, so a repeated prepare (kubelet restart, retry) gives the same
+answer and costs one ``stat``. Unprepare removes the claim's spec file and its checkpoint entry; an
+unknown claim is already unprepared.
+
+``DRAResourceHealth`` (``v1`` and ``v1alpha1``, the same stream): the full health state on open, again
+whenever it changes, and every ``health_resend_interval`` seconds, because the kubelet shows a device
+as ``Unknown`` once 30 s pass without a report naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+import grpc.aio
+
+from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_document
+from intel_device_plugins.deviceplugin.model import Health
+from intel_device_plugins.dra.api import dra_health_v1_pb2 as health_v1
+from intel_device_plugins.dra.api import dra_health_v1_pb2_grpc as health_v1_grpc
+from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as health_v1alpha1
+from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2_grpc as health_v1alpha1_grpc
+from intel_device_plugins.dra.api import dra_v1_pb2 as pb
+from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
+from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError
+from intel_device_plugins.dra.claims import ClaimError, allocated_devices, check_claim_uid
+from intel_device_plugins.dra.model import ClaimRef, HealthState, Inventory, PreparedClaim
+from intel_device_plugins.dra.prepare import files_to_remove, plan_prepare
+from intel_device_plugins.dra.profile import ClaimPreparationError, DriverProfile
+
+log = logging.getLogger(__name__)
+
+HEALTH_RESEND_INTERVAL = 10.0
+"""Seconds between repeated full health reports; a third of the kubelet's 30 s staleness timeout."""
+MAX_HEALTH_MESSAGE = 1024
+"""The kubelet truncates longer messages; trimming here keeps the stream's messages small."""
+MAX_CLAIMS_PER_CALL = 1024
+"""A pod has at most a few hundred claims; a bound on what one call makes the driver read."""
+
+GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
+"""``await get_claim(namespace, name)``: the ResourceClaim as the API server returns it."""
+
+
+class _HealthModule(Protocol):
+    """What the v1 and v1alpha1 health modules have in common (identical messages, two packages)."""
+
+    UNKNOWN: Any
+    HEALTHY: Any
+    UNHEALTHY: Any
+    DeviceIdentifier: Any
+    DeviceHealth: Any
+    NodeWatchResourcesResponse: Any
+
+
+def health_report(inventory: Inventory) -> tuple[tuple[str, HealthState, str], ...]:
+    """(device, health, message) for every device, sorted by name: what the stream reports."""
+    return tuple(
+        sorted(
+            (
+                device.name,
+                HealthState.HEALTHY if device.health is Health.HEALTHY else HealthState.UNHEALTHY,
+                device.health_message[:MAX_HEALTH_MESSAGE],
+            )
+            for device in inventory.devices
+        )
+    )
+
+
+def _claim_error_text(error: BaseException) -> str:
+    if isinstance(error, (ClaimError, ClaimPreparationError, CheckpointError, CdiWriteError)):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+class KubeletService:
+    """Serves ``v1.DRAPlugin`` and ``DRAResourceHealth`` for one driver; add it to a grpc.aio server."""
+
+    def __init__(
+        self,
+        profile: DriverProfile,
+        inventory: Callable[[], Inventory],
+        get_claim: GetClaim,
+        node_name: str,
+        checkpoint: Checkpoint,
+        cdi_dir: Path,
+        *,
+        health_resend_interval: float = HEALTH_RESEND_INTERVAL,
+    ) -> None:
+        self.profile = profile
+        self.driver = profile.driver_name
+        self._inventory = inventory
+        self._get_claim = get_claim
+        self.node_name = node_name
+        self.checkpoint = checkpoint
+        self.cdi_dir = cdi_dir
+        self._resend = health_resend_interval
+        self._health = health_report(inventory())
+        self._health_changed = asyncio.Event()
+
+    # ----- preparation ---------------------------------------------------------------------------
+
+    def _still_prepared(self, uid: str) -> PreparedClaim | None:
+        prepared = self.checkpoint.load().get(uid)
+        if prepared is None:
+            return None
+        if all(os.path.exists(self.cdi_dir / name) for name in prepared.cdi_spec_files):
+            return prepared
+        return None  # a spec file vanished: prepare again, which rewrites it
+
+    def _prepare_one(self, ref: ClaimRef, claim: Mapping[str, Any]) -> PreparedClaim:
+        allocated = allocated_devices(claim, ref, self.driver, self.node_name)
+        plan = plan_prepare(self.profile, ref, allocated, self._inventory())
+
+        def record(claims: dict[str, PreparedClaim]) -> None:
+            claims[ref.uid] = plan.prepared
+
+        # The checkpoint names the spec file before it exists, so no crash leaves a file nobody removes.
+        self.checkpoint.update(record)
+        if plan.spec_file is not None and plan.spec is not None:
+            try:
+                write_cdi_document(self.cdi_dir, plan.spec_file, plan.spec)
+            except CdiWriteError:
+
+                def forget(claims: dict[str, PreparedClaim]) -> None:
+                    claims.pop(ref.uid, None)
+
+                with contextlib.suppress(CheckpointError):
+                    self.checkpoint.update(forget)
+                raise
+        return plan.prepared
+
+    async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PreparedClaim | BaseException]:
+        """Each claim's prepared state or the error that stopped it, keyed by claim UID."""
+        outcomes: dict[str, PreparedClaim | BaseException] = {}
+        missing: list[ClaimRef] = []
+        for ref in refs:
+            try:
+                check_claim_uid(ref.uid)
+                prepared = self._still_prepared(ref.uid)
+            except (ClaimError, CheckpointError) as error:
+                outcomes[ref.uid] = error
+                continue
+            if prepared is None:
+                missing.append(ref)
+            else:
+                outcomes[ref.uid] = prepared
+        # Fetch concurrently (the slow part), then prepare in turn: nothing awaits between a
+        # checkpoint read and its write.
+        fetched = await asyncio.gather(
+            *(self._get_claim(ref.namespace, ref.name) for ref in missing), return_exceptions=True
+        )
+        for ref, claim in zip(missing, fetched, strict=True):
+            if isinstance(claim, BaseException):
+                if isinstance(claim, asyncio.CancelledError):
+                    raise claim
+                outcomes[ref.uid] = ClaimError(
+                    f"cannot read ResourceClaim {ref.namespace}/{ref.name}: {_claim_error_text(claim)}"
+                )
+                continue
+            try:
+                outcomes[ref.uid] = self._prepare_one(ref, claim)
+            except Exception as error:
+                outcomes[ref.uid] = error
+        for uid, outcome in outcomes.items():
+            if isinstance(outcome, BaseException):
+                log.warning("prepare of claim %s failed: %s", uid, _claim_error_text(outcome))
+        return outcomes
+
+    def _unprepare_one(self, ref: ClaimRef) -> None:
+        check_claim_uid(ref.uid)
+        removed: list[PreparedClaim] = []
+
+        def drop(claims: dict[str, PreparedClaim]) -> None:
+            if ref.uid in claims:
+                removed.append(claims.pop(ref.uid))
+
+        self.checkpoint.update(drop)
+        for name in files_to_remove(self.driver, ref.uid, removed[0] if removed else None):
+            try:
+                (self.cdi_dir / name).unlink(missing_ok=True)
+            except OSError as error:
+                raise ClaimPreparationError(
+                    f"ResourceClaim {ref.namespace}/{ref.name}: cannot remove CDI spec "
+                    f"{self.cdi_dir / name}: {error.strerror}"
+                ) from error
+
+    def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, BaseException | None]:
+        """Remove each claim's spec file and checkpoint entry; the error per claim UID, if any."""
+        outcomes: dict[str, BaseException | None] = {}
+        for ref in refs:
+            try:
+                self._unprepare_one(ref)
+                outcomes[ref.uid] = None
+            except (ClaimError, ClaimPreparationError, CheckpointError) as error:
+                log.warning("unprepare of claim %s failed: %s", ref.uid, error)
+                outcomes[ref.uid] = error
+        return outcomes
+
+    # ----- gRPC: v1.DRAPlugin --------------------------------------------------------------------
+
+    @staticmethod
+    async def _refs(
+        claims: Sequence[pb.Claim], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> list[ClaimRef]:
+        if len(claims) > MAX_CLAIMS_PER_CALL:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{len(claims)} claims in one call, over {MAX_CLAIMS_PER_CALL}",
+            )
+        return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+    async def NodePrepareResources(
+        self, request: pb.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.NodePrepareResourcesResponse:
+        refs = await self._refs(request.claims, context)
+        response = pb.NodePrepareResourcesResponse()
+        for uid, outcome in (await self.prepare(refs)).items():
+            entry = response.claims[uid]
+            if isinstance(outcome, BaseException):
+                entry.error = _claim_error_text(outcome)
+                continue
+            for device in outcome.devices:
+                answer = entry.devices.add(
+                    request_names=device.requests,
+                    pool_name=device.pool,
+                    device_name=device.device,
+                    cdi_device_ids=device.cdi_device_ids,
+                )
+                if device.share_id is not None:
+                    answer.share_id = device.share_id
+        return response
+
+    async def NodeUnprepareResources(
+        self, request: pb.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.NodeUnprepareResourcesResponse:
+        refs = await self._refs(request.claims, context)
+        response = pb.NodeUnprepareResourcesResponse()
+        for uid, outcome in self.unprepare(refs).items():
+            response.claims[uid].error = "" if outcome is None else _claim_error_text(outcome)
+        return response
+
+    # ----- health --------------------------------------------------------------------------------
+
+    def inventory_changed(self, inventory: Inventory) -> None:
+        """Tell open health streams about ``inventory`` when its health differs from the last report.
+
+        Call it on the event loop's thread (the streams wait on an ``asyncio.Event``).
+        """
+        report = health_report(inventory)
+        if report == self._health:
+            return
+        self._health = report
+        changed, self._health_changed = self._health_changed, asyncio.Event()
+        changed.set()
+
+    def _health_message(self, module: _HealthModule) -> Any:
+        now = int(time.time())
+        states = {
+            HealthState.HEALTHY: module.HEALTHY,
+            HealthState.UNHEALTHY: module.UNHEALTHY,
+            HealthState.UNKNOWN: module.UNKNOWN,
+        }
+        return module.NodeWatchResourcesResponse(
+            devices=[
+                module.DeviceHealth(
+                    device=module.DeviceIdentifier(pool_name=self.node_name, device_name=name),
+                    health=states[state],
+                    last_updated_time=now,
+                    message=message,
+                )
+                for name, state, message in self._health
+            ]
+        )
+
+    async def health_stream(self, module: _HealthModule) -> AsyncIterator[Any]:
+        """The stream's messages in ``module``'s types: now, on every change, and periodically."""
+        while True:
+            changed = self._health_changed
+            yield self._health_message(module)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), self._resend)
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        """Register ``v1.DRAPlugin``, ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth``."""
+        pb_grpc.add_DRAPluginServicer_to_server(_DraPlugin(self), server)
+        health_v1_grpc.add_DRAResourceHealthServicer_to_server(_HealthV1(self), server)
+        health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(_HealthV1alpha1(self), server)
+
+
+class _DraPlugin(pb_grpc.DRAPluginServicer):
+    def __init__(self, service: KubeletService) -> None:
+        self._service = service
+
+    async def NodePrepareResources(
+        self, request: pb.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.NodePrepareResourcesResponse:
+        return await self._service.NodePrepareResources(request, context)
+
+    async def NodeUnprepareResources(
+        self, request: pb.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.NodeUnprepareResourcesResponse:
+        return await self._service.NodeUnprepareResources(request, context)
+
+
+class _HealthV1(health_v1_grpc.DRAResourceHealthServicer):
+    def __init__(self, service: KubeletService) -> None:
+        self._service = service
+
+    async def NodeWatchResources(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        async for message in self._service.health_stream(health_v1):
+            yield message
+
+
+class _HealthV1alpha1(health_v1alpha1_grpc.DRAResourceHealthServicer):
+    """The same stream in the older package, for 1.36 kubelets (the messages are identical)."""
+
+    def __init__(self, service: KubeletService) -> None:
+        self._service = service
+
+    async def NodeWatchResources(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        async for message in self._service.health_stream(health_v1alpha1):
+            yield message

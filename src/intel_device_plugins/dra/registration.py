@@ -1,0 +1,203 @@
+"""Registration with the kubelet's plugin watcher, and the two sockets a DRA driver listens on.
+
+The kubelet watches its registry directory for sockets, calls ``GetInfo`` on each new one, connects to
+the endpoint it names and calls ``NotifyRegistrationStatus``. A DRA driver names its services in
+``supported_versions`` as ``<gRPC package>.<service>``: the kubelet picks the DRA API version and
+whether (and in which version) to open the health stream from that list alone.
+
+Rolling update, as Kubernetes' Go helper does it: each instance's socket names carry its own UID (the
+pod UID), ``<registry>/<driver>-<uid>-reg.sock`` and ``<plugins>/<driver>/dra-<uid>.sock``, so a new
+instance registers beside the old one and the kubelet uses whichever is there. The registration name
+falls back to shorter hashed forms, the same as the Go helper's, when the path would not fit a unix
+socket address (108 bytes). Each instance removes its own sockets, and only those, when it stops.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
+from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
+
+log = logging.getLogger(__name__)
+
+PLUGIN_TYPE = "DRAPlugin"
+SUPPORTED_SERVICES = ("v1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+"""What this framework serves, newest first: a 1.37 kubelet opens the v1 health stream, 1.36 v1alpha1."""
+UNIX_PATH_MAX = 108
+_UID_HASH_BYTES = 8
+_DRIVER_UID_HASH_BYTES = 16
+INSTANCE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$")
+"""A pod UID (a UUID); it becomes part of socket names, so nothing else is accepted."""
+
+
+class RegistrationError(ValueError):
+    """Socket paths that cannot be used; the message names the flag or value."""
+
+
+def _hash(text: str, size: int) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()[:size]).decode().rstrip("=")
+
+
+def registrar_socket_name(registry_dir: Path, driver: str, instance_uid: str) -> str:
+    """The registration socket's file name: ``<driver>-reg.sock`` without an instance UID; with one,
+    the first of ``<driver>-<uid>-reg.sock``, ``<driver>-<hash(uid)>-reg.sock`` and
+    ``dra-<hash(driver, uid)>-reg.sock`` whose full path fits a socket address (the Go helper's order)."""
+    if not instance_uid:
+        return f"{driver}-reg.sock"
+    candidates = (
+        f"{driver}-{instance_uid}-reg.sock",
+        f"{driver}-{_hash(instance_uid, _UID_HASH_BYTES)}-reg.sock",
+        f"dra-{_hash(driver + chr(0) + instance_uid, _DRIVER_UID_HASH_BYTES)}-reg.sock",
+    )
+    for name in candidates:
+        if len(os.fspath(registry_dir / name)) <= UNIX_PATH_MAX:
+            return name
+    return candidates[-1]
+
+
+@dataclass(frozen=True)
+class SocketPaths:
+    """Where one driver instance listens: the kubelet's registry, and its own DRA service socket."""
+
+    registrar: Path
+    plugin: Path
+
+    @classmethod
+    def for_instance(
+        cls, registry_dir: Path, plugins_dir: Path, driver: str, instance_uid: str = ""
+    ) -> SocketPaths:
+        if instance_uid and not INSTANCE_UID.match(instance_uid):
+            raise RegistrationError(f"instance UID {instance_uid!r} is not a UID")
+        if not driver or "/" in driver or driver.startswith("."):
+            raise RegistrationError(f"driver name {driver!r} cannot name a directory")
+        suffix = f"-{instance_uid}" if instance_uid else ""
+        paths = cls(
+            registrar=registry_dir / registrar_socket_name(registry_dir, driver, instance_uid),
+            plugin=plugins_dir / driver / f"dra{suffix}.sock",
+        )
+        if len(os.fspath(paths.plugin)) > UNIX_PATH_MAX:
+            raise RegistrationError(
+                f"DRA socket {paths.plugin} is longer than {UNIX_PATH_MAX} bytes; use a shorter "
+                "-kubelet-plugins-directory-path"
+            )
+        return paths
+
+
+@dataclass(frozen=True)
+class RegistrationStatus:
+    """What the kubelet last said about the registration."""
+
+    registered: bool
+    error: str = ""
+
+
+class RegistrationService(reg_grpc.RegistrationServicer):
+    """``GetInfo`` names the driver and its endpoint; ``NotifyRegistrationStatus`` is recorded and
+    logged, and ``on_status`` (if given) hears it, so the driver can tell when the kubelet took it."""
+
+    def __init__(
+        self,
+        driver: str,
+        endpoint: Path,
+        supported_services: tuple[str, ...] = SUPPORTED_SERVICES,
+        on_status: Callable[[RegistrationStatus], None] | None = None,
+    ) -> None:
+        self.driver = driver
+        self.endpoint = endpoint
+        self.supported_services = supported_services
+        self.statuses: list[RegistrationStatus] = []
+        self._on_status = on_status
+
+    async def GetInfo(
+        self, request: reg_pb.InfoRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> reg_pb.PluginInfo:
+        return reg_pb.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self.driver,
+            endpoint=os.fspath(self.endpoint),
+            supported_versions=list(self.supported_services),
+        )
+
+    async def NotifyRegistrationStatus(
+        self, request: reg_pb.RegistrationStatus, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> reg_pb.RegistrationStatusResponse:
+        status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
+        # The kubelet calls this once per registration; keeping the last few is enough to diagnose.
+        self.statuses = [*self.statuses[-9:], status]
+        if status.registered:
+            log.info("kubelet registered DRA driver %s at %s", self.driver, self.endpoint)
+        else:
+            log.error("kubelet refused DRA driver %s: %s", self.driver, status.error)
+        if self._on_status is not None:
+            self._on_status(status)
+        return reg_pb.RegistrationStatusResponse()
+
+
+def _remove_socket(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        log.warning("cannot remove socket %s: %s", path, error)
+
+
+async def _serve(path: Path, add: Callable[[grpc.aio.Server], None]) -> grpc.aio.Server:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    _remove_socket(path)  # a stale file of this same instance (a restart keeps the pod UID)
+    server = grpc.aio.server()
+    add(server)
+    server.add_insecure_port(f"unix://{os.fspath(path)}")
+    await server.start()
+    return server
+
+
+class DriverSockets:
+    """The DRA service server and then the registration server, started in that order so the kubelet
+    never finds a registration whose endpoint is not listening yet; stopped in the reverse order."""
+
+    def __init__(
+        self,
+        paths: SocketPaths,
+        driver: str,
+        add_services: Callable[[grpc.aio.Server], None],
+        on_status: Callable[[RegistrationStatus], None] | None = None,
+    ) -> None:
+        self.paths = paths
+        self.registration = RegistrationService(driver, paths.plugin, on_status=on_status)
+        self._add_services = add_services
+        self._servers: list[tuple[Path, grpc.aio.Server]] = []
+
+    async def start(self) -> None:
+        try:
+            self._servers.append((self.paths.plugin, await _serve(self.paths.plugin, self._add_services)))
+            self._servers.append(
+                (
+                    self.paths.registrar,
+                    await _serve(
+                        self.paths.registrar,
+                        lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
+                    ),
+                )
+            )
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Stop serving and remove this instance's own sockets (the registration one first: the kubelet
+        then drops the registration and stops calling)."""
+        while self._servers:
+            path, server = self._servers.pop()
+            _remove_socket(path)
+            await server.stop(grace)

@@ -1,0 +1,155 @@
+"""The checkpoint file: round trip, atomic replacement, clear errors, shared by two instances."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError, decode, encode
+from intel_device_plugins.dra.model import ClaimRef, PreparedClaim, PreparedDevice
+from tests.dra.draclaims import DRIVER
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8)
+_device = st.builds(
+    PreparedDevice,
+    requests=st.tuples(_text),
+    pool=_text,
+    device=_text,
+    cdi_device_ids=st.lists(_text, max_size=2).map(tuple),
+    share_id=st.none() | _text,
+)
+_uids = st.from_regex(r"[a-f0-9]{1,8}", fullmatch=True)
+
+
+def _add(uid: str) -> Callable[[dict[str, PreparedClaim]], None]:
+    return lambda claims: claims.update({uid: _claim(uid)})
+
+
+def _drop(uid: str) -> Callable[[dict[str, PreparedClaim]], None]:
+    def drop(claims: dict[str, PreparedClaim]) -> None:
+        del claims[uid]
+
+    return drop
+
+
+def _claim(uid: str, devices: tuple[PreparedDevice, ...] = (), files: tuple[str, ...] = ()) -> PreparedClaim:
+    return PreparedClaim(claim=ClaimRef("ns", f"c-{uid}", uid), devices=devices, cdi_spec_files=files)
+
+
+@given(st.dictionaries(_uids, st.lists(_device, max_size=3).map(tuple), max_size=5))
+def test_encode_decode_round_trip(entries: dict[str, tuple[PreparedDevice, ...]]) -> None:
+    claims = {uid: _claim(uid, devices, (f"k8s.x-claim_{uid}.yaml",)) for uid, devices in entries.items()}
+    assert decode(encode(DRIVER, claims), "mem", DRIVER) == claims
+
+
+def test_save_load_and_file_mode(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path / "plugins", DRIVER)
+    assert checkpoint.path == tmp_path / "plugins" / DRIVER / "checkpoint.json"
+    assert checkpoint.load() == {}
+    claims = {"u1": _claim("u1", (PreparedDevice(("gpu",), "node", "card0", ("k/claim=u1-card0",), "s"),))}
+    checkpoint.save(claims)
+    assert Checkpoint(checkpoint.path, DRIVER).load() == claims
+    assert stat.S_IMODE(checkpoint.path.stat().st_mode) == 0o600
+    assert [p.name for p in checkpoint.path.parent.iterdir()] == ["checkpoint.json"]
+
+
+def test_update_writes_only_changes_and_sees_the_other_instance(tmp_path: Path) -> None:
+    first = Checkpoint.for_driver(tmp_path, DRIVER)
+    second = Checkpoint.for_driver(tmp_path, DRIVER)  # a second process during a rolling update
+    first.update(lambda claims: claims.update(a=_claim("a")))
+    second.update(lambda claims: claims.update(b=_claim("b")))
+    assert set(first.load()) == {"a", "b"}
+    inode = first.path.stat().st_ino
+    first.update(lambda claims: None)
+    assert first.path.stat().st_ino == inode  # nothing changed, nothing written
+
+
+HEADER = b'{"driver":"gpu.example.com","version":1}\n'
+PREPARED_U = b'{"prepared":{"uid":"u","namespace":"n","name":"c","devices":[],"cdiSpecFiles":[]}}\n'
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", r"is empty"),
+        (b'{"driver":', r"has no complete header line"),
+        (b"{not json\n", r"line 1 is not valid JSON"),
+        (b"[]\n", r"line 1 is not a JSON object"),
+        (b'{"version": 9, "driver": "gpu.example.com"}\n', r"has version 9; this driver reads 1"),
+        (b'{"version": 1, "driver": "other"}\n', r"belongs to driver 'other'"),
+        (HEADER + b"{broken\n" + PREPARED_U, r"line 2 is not valid JSON"),
+        (HEADER + PREPARED_U + b'{"other": 1}\n', r"line 3 is neither a prepared nor an unprepared record"),
+        (
+            HEADER + PREPARED_U.replace(b'"cdiSpecFiles":[]', b'"cdiSpecFiles":["../../etc/passwd"]'),
+            r"line 2: prepared.cdiSpecFiles: '../../etc/passwd' is not a plain file name",
+        ),
+        (
+            HEADER + PREPARED_U.replace(b'"devices":[]', b'"devices":[{"requests":"gpu"}]'),
+            r"line 2: prepared.devices\[0\].requests is not a list of strings",
+        ),
+    ],
+)
+def test_unreadable_checkpoint_names_file_line_and_field(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.path.parent.mkdir(parents=True)
+    checkpoint.path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=f"checkpoint {checkpoint.path}.*{message}"):
+        checkpoint.load()
+
+
+def test_changes_are_appended_as_one_line_each(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.update(lambda claims: claims.update(a=_claim("a")))
+    inode = checkpoint.path.stat().st_ino
+    lines = checkpoint.path.read_bytes().count(b"\n")
+    checkpoint.update(lambda claims: claims.update(b=_claim("b")))
+    checkpoint.update(_drop("a"))
+    assert checkpoint.path.stat().st_ino == inode  # appended, not replaced
+    assert checkpoint.path.read_bytes().count(b"\n") == lines + 2
+    assert set(Checkpoint(checkpoint.path, DRIVER).load()) == {"b"}
+
+
+def test_the_file_is_compacted_when_records_outnumber_claims(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.update(lambda claims: claims.update(keep=_claim("keep")))
+    longest = 0
+    for round_ in range(200):
+        uid = f"r{round_}"
+        checkpoint.update(_add(uid))
+        checkpoint.update(_drop(uid))
+        longest = max(longest, checkpoint.path.read_bytes().count(b"\n"))
+    assert longest <= 1 + 2 * 1 + 64 + 1  # header, bound, and the record that tipped it
+    assert set(Checkpoint(checkpoint.path, DRIVER).load()) == {"keep"}
+
+
+def test_a_cut_short_last_record_is_ignored_and_rewritten_by_the_next_change(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.update(lambda claims: claims.update(a=_claim("a")))
+    with open(checkpoint.path, "ab") as file:
+        file.write(b'{"prepared":{"uid":"b","namesp')  # the power went during an append
+    fresh = Checkpoint(checkpoint.path, DRIVER)
+    assert set(fresh.load()) == {"a"}
+    fresh.update(lambda claims: claims.update(c=_claim("c")))
+    assert checkpoint.path.read_bytes().endswith(b"\n")
+    assert set(Checkpoint(checkpoint.path, DRIVER).load()) == {"a", "c"}
+
+
+def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.save({"a": _claim("a")})
+    before = checkpoint.path.read_bytes()
+    # A file where the directory should be fails for root too (a read-only mode would not).
+    blocked = Checkpoint(tmp_path / "file" / "checkpoint.json", DRIVER)
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*/file/checkpoint.json"):
+        blocked.save({"a": _claim("a")})
+    assert checkpoint.path.read_bytes() == before
+    assert Checkpoint(checkpoint.path, DRIVER).load() == {"a": _claim("a")}
+    assert sorted(p.name for p in checkpoint.path.parent.iterdir()) == ["checkpoint.json"]
