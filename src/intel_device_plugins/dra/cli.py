@@ -11,18 +11,27 @@ the downward API.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ConfigError
+
+from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
 from intel_device_plugins.dra.driver import (
     DEFAULT_EVENT_RESCAN_INTERVAL,
     DEFAULT_POLL_INTERVAL,
     DriverConfig,
+    serve_driver,
 )
+from intel_device_plugins.dra.profile import DriverProfile
+from intel_device_plugins.dra.registration import UNIX_PATH_MAX, SocketPaths
 from intel_device_plugins.flags import GoFlagParser, positive_float
-from intel_device_plugins.logconfig import add_verbosity_flag
+from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 
 DEFAULT_CDI_ROOT = "/var/run/cdi"
 DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
@@ -104,3 +113,57 @@ def driver_config(args: argparse.Namespace) -> DriverConfig:
         event_rescan_interval=explicit or DEFAULT_EVENT_RESCAN_INTERVAL,
         uevent_dir=Path(args.uevent_dir) if args.uevent_dir else None,
     )
+
+
+def check_socket_paths(paths: SocketPaths) -> None:
+    """Both sockets must fit a socket address (107 bytes and the terminating NUL), or binding fails."""
+    for path, flag in (
+        (paths.registrar, "-kubelet-registrar-directory-path"),
+        (paths.plugin, "-kubelet-plugins-directory-path"),
+    ):
+        if len(os.fsencode(path)) >= UNIX_PATH_MAX:
+            raise ValueError(f"{flag}: socket {path} is longer than {UNIX_PATH_MAX - 1} bytes")
+
+
+def load_kube_config(kubeconfig: str) -> KubeConfig:
+    """``-kubeconfig``'s file, or the pod's service account; ``ValueError`` says which failed."""
+    try:
+        if kubeconfig:
+            return KubeConfig.from_file(kubeconfig)
+        return KubeConfig.from_service_account()
+    except (OSError, ConfigError, ValueError) as error:
+        where = f"-kubeconfig {kubeconfig}" if kubeconfig else "no -kubeconfig and no service account"
+        raise ValueError(f"{where}: {error}") from error
+
+
+async def _serve(profile: DriverProfile, config: DriverConfig, kube_config: KubeConfig) -> None:
+    client = AsyncClient(config=kube_config, field_manager=profile.driver_name, trust_env=False)
+    try:
+        await serve_driver(profile, config, client)
+    finally:
+        await client.close()
+
+
+def run_driver_command(
+    parser: GoFlagParser,
+    build_profile: Callable[[argparse.Namespace], DriverProfile],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse, check and build everything, then run the driver until signalled; the body of every
+    DRA driver's ``main``. Anything wrong before the start is reported like a bad flag (exit code 2)."""
+    args = parser.parse_args(argv)
+    configure_logging(args.verbosity)
+    try:
+        config = driver_config(args)
+        profile = build_profile(args)
+        check_socket_paths(
+            SocketPaths.for_instance(
+                config.registrar_dir, config.plugins_dir, profile.driver_name, config.instance_uid
+            )
+        )
+        kube_config = load_kube_config(args.kubeconfig)
+    except ValueError as error:
+        parser.error(str(error))
+    asyncio.run(_serve(profile, config, kube_config))
+    exit_leaving_stuck_threads(0)
+    return 0

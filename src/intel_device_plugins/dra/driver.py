@@ -18,19 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from lightkube import AsyncClient
+from lightkube.resources.resource_v1 import ResourceClaim
 
 from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries
 from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryWatcher
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.deviceplugin.scanworker import ScanWorker
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
+from intel_device_plugins.dra.checkpoint import Checkpoint
+from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
+from intel_device_plugins.dra.publisher import SlicePublisher
+from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
 
 log = logging.getLogger(__name__)
 
@@ -346,3 +354,77 @@ async def _wait_any(*awaitables: asyncio.Event | Awaitable[object], timeout: flo
     finally:
         for waiter in owned:
             waiter.cancel()
+
+
+# ----- the real parts ----------------------------------------------------------------------------
+
+
+class KubeletEndpoint:
+    """The kubelet service and its two sockets (DRA service, then registration) as one part."""
+
+    def __init__(self, service: KubeletService, sockets: DriverSockets) -> None:
+        self.service = service
+        self.sockets = sockets
+
+    async def start(self) -> None:
+        await self.sockets.start()
+        log.info(
+            "%s: serving %s, registered through %s",
+            self.service.driver,
+            self.sockets.paths.plugin,
+            self.sockets.paths.registrar,
+        )
+
+    async def stop(self) -> None:
+        await self.sockets.stop()
+
+    def inventory_changed(self, inventory: Inventory) -> None:
+        self.service.inventory_changed(inventory)
+
+
+def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> PartsFactory:
+    """The production parts: a :class:`SlicePublisher` and the kubelet service with its sockets.
+
+    Socket paths are checked here, before anything starts (``RegistrationError`` names the value).
+    """
+    driver = profile.driver_name
+    paths = SocketPaths.for_instance(config.registrar_dir, config.plugins_dir, driver, config.instance_uid)
+
+    async def get_claim(namespace: str, name: str) -> Mapping[str, Any]:
+        claim = await client.get(ResourceClaim, name, namespace=namespace)
+        return claim.to_dict()
+
+    def build(inventory: Callable[[], Inventory]) -> DriverParts:
+        service = KubeletService(
+            profile,
+            inventory,
+            get_claim,
+            config.node_name,
+            Checkpoint.for_driver(config.plugins_dir, driver),
+            config.cdi_root,
+        )
+        return DriverParts(
+            publisher=SlicePublisher(client, driver, config.node_name),
+            kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.add_to_server)),
+        )
+
+    return build
+
+
+async def serve_driver(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> None:
+    """Run the driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
+    build = api_parts(profile, config, client)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    hub = UeventHub.for_directory(config.uevent_dir) if profile.uevent_subsystems() else None
+    if hub is not None and not hub.start():
+        log.info("%s: no kernel device events; scans follow inotify and the timer", profile.driver_name)
+    try:
+        await DraDriver(profile, config, build, hub).run(stop)
+    finally:
+        if hub is not None:
+            hub.close()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
