@@ -65,6 +65,7 @@ class Recorder:
         self.health: list[Inventory] = []
         self.publish_errors: list[Exception] = []
         self.withdraw_hangs = False
+        self.start_error: Exception | None = None
         self.inventory: Callable[[], Inventory] | None = None
         self.changed = asyncio.Event()
 
@@ -87,6 +88,8 @@ class Recorder:
 
     async def start(self) -> None:
         assert self.inventory is not None
+        if self.start_error is not None:
+            raise self.start_error
         self.log.append(f"start with {len(self.inventory().devices)} devices")
 
     async def stop(self) -> None:
@@ -243,8 +246,12 @@ async def test_a_hanging_scan_does_not_hold_up_the_kubelet_side(tmp_path: Path, 
     await running.until("the kubelet side", lambda: bool(running.recorder.log))
     assert running.recorder.log[0] == "start with 0 devices"
     assert running.recorder.published == []
-    profile.block.set()
+
+    profile.block.set()  # long before the 60 s timer: the driver waits for the stuck scan itself
+
+    await running.until("the devices once the scan returns", lambda: bool(running.recorder.published))
     await running.finish()
+    assert [d.name for d in running.driver.inventory.devices] == ["dev0"]
 
 
 async def test_an_api_error_is_retried_and_a_refused_inventory_is_not(tmp_path: Path, watched: Path) -> None:
@@ -285,3 +292,15 @@ async def test_stop_before_the_first_scan_returns_starts_nothing(tmp_path: Path,
     profile.block.set()
 
     assert running.recorder.log == []
+
+
+async def test_a_driver_whose_servers_cannot_start_leaves_the_slices_alone(
+    tmp_path: Path, watched: Path
+) -> None:
+    running = start(tmp_path, ScriptedProfile(watched))
+    running.recorder.start_error = RuntimeError("Failed to bind to address unix:///x/dra.sock")
+
+    with pytest.raises(RuntimeError, match="Failed to bind"):
+        await asyncio.wait_for(running.task, 5)
+
+    assert running.recorder.log == []  # neither published nor withdrawn: the slices may be another's

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ from intel_device_plugins.dra.driver import (
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.registration import UNIX_PATH_MAX, SocketPaths
 from intel_device_plugins.flags import GoFlagParser, positive_float
-from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
+from intel_device_plugins.logconfig import DEBUG_FROM, add_verbosity_flag, configure_logging
 
 DEFAULT_CDI_ROOT = "/var/run/cdi"
 DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
@@ -42,6 +43,8 @@ POD_UID_ENV = "POD_UID"
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 """A Node's name is a DNS subdomain (at most 253 characters)."""
 MAX_NODE_NAME = 253
+
+log = logging.getLogger(__name__)
 
 
 def new_driver_parser(
@@ -164,6 +167,11 @@ def run_driver_command(
         kube_config = load_kube_config(args.kubeconfig)
     except ValueError as error:
         parser.error(str(error))
-    asyncio.run(_serve(profile, config, kube_config))
+    try:
+        asyncio.run(_serve(profile, config, kube_config))
+    except Exception as error:  # a server that cannot start (a socket in use): one line, not a trace
+        log.error("%s cannot run: %s", profile.driver_name, error, exc_info=args.verbosity >= DEBUG_FROM)
+        exit_leaving_stuck_threads(1)
+        return 1
     exit_leaving_stuck_threads(0)
     return 0

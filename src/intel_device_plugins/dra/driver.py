@@ -289,11 +289,12 @@ class DraDriver:
 
     async def _scan_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await _wait_any(stop, self._rescan, timeout=self.rescan_interval())
-            if stop.is_set():
-                return
-            if self._rescan.is_set():
-                await asyncio.sleep(HOTPLUG_SETTLE_SECONDS)
+            if not self._worker.busy:  # stuck: wait for that scan (in scan_once) rather than the timer
+                await _wait_any(stop, self._rescan, timeout=self.rescan_interval())
+                if stop.is_set():
+                    return
+                if self._rescan.is_set():
+                    await asyncio.sleep(HOTPLUG_SETTLE_SECONDS)
             self._rescan.clear()
             self._ensure_watches()
             inventory = await self.scan_once(stop)
@@ -301,17 +302,18 @@ class DraDriver:
                 self.apply(inventory)
 
     async def _shut_down(self, tasks: list[asyncio.Task[None]], started: bool) -> None:
+        """Unregister, stop publishing, withdraw. A driver that never started its servers published
+        nothing, so it leaves the slices alone (they may be a running instance's)."""
         parts = self.parts
-        if parts is not None and started:
-            try:
-                await parts.kubelet.stop()
-            except Exception:
-                log.exception("%s: stopping the kubelet servers failed", self.profile.driver_name)
+        if parts is None or not started:
+            return
+        try:
+            await parts.kubelet.stop()
+        except Exception:
+            log.exception("%s: stopping the kubelet servers failed", self.profile.driver_name)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if parts is None:
-            return
         try:
             await asyncio.wait_for(parts.publisher.withdraw(), self.config.withdraw_timeout)
             log.info(
