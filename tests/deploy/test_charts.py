@@ -277,3 +277,116 @@ def test_rmd_chart_images_come_from_one_repository_and_tag(helm: Path, kubectl: 
     secrets = _rmd_template(helm, "imagePullSecrets[0].name=pull")
     pod_spec = secrets[RMD_OPERATOR]["spec"]["template"]["spec"]
     assert pod_spec["imagePullSecrets"] == [{"name": "pull"}]
+
+
+GPU_DRA_CHART = CHARTS / "intel-gpu-dra-driver"
+GPU_DRA = ROOT / "deploy" / "dra" / "gpu"
+GPU_DRA_NAMESPACE = "intel-gpu-dra-driver"
+GPU_DRA_DS = ("DaemonSet", "intel-gpu-dra-driver")
+
+
+def _gpu_dra_template(
+    helm: Path, *sets: str, namespace: str = GPU_DRA_NAMESPACE
+) -> dict[tuple[str, str], Obj]:
+    return _template(helm, GPU_DRA_CHART, *sets, namespace=namespace)
+
+
+def _policy_user(objs: dict[tuple[str, str], Obj]) -> str:
+    """The username the ResourceSlice admission policy restricts, read out of its match condition."""
+    (policy,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicy")
+    (condition,) = policy["spec"]["matchConditions"]
+    prefix = 'request.userInfo.username == "'
+    expression = str(condition["expression"])
+    assert expression.startswith(prefix) and expression.endswith('"'), expression
+    return expression[len(prefix) : -1]
+
+
+def test_gpu_dra_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path) -> None:
+    kustomized = _kustomize(kubectl, GPU_DRA)
+    assert _diff(_gpu_dra_template(helm, "createNamespace=true"), kustomized) == []
+    classes = {k for k in kustomized if k[0] == "DeviceClass"}
+    assert classes == {
+        ("DeviceClass", n) for n in ("gpu.intel.com", "i915.gpu.intel.com", "xe.gpu.intel.com")
+    }
+    assert (
+        _diff(
+            _gpu_dra_template(helm, "createNamespace=true", "deviceClasses=false"),
+            {k: v for k, v in kustomized.items() if k not in classes},
+        )
+        == []
+    )
+    assert (
+        _diff(
+            _gpu_dra_template(helm, "createNamespace=true"),
+            kustomized | _kustomize(kubectl, GPU_DRA / "deviceclasses"),
+        )
+        == []
+    )
+
+
+def test_gpu_dra_policy_restricts_the_drivers_own_service_account(helm: Path, kubectl: Path) -> None:
+    for objs in (
+        _kustomize(kubectl, GPU_DRA),
+        _gpu_dra_template(helm),
+        _gpu_dra_template(helm, namespace="dra-elsewhere"),
+    ):
+        pod = objs[GPU_DRA_DS]["spec"]["template"]["spec"]
+        namespace = objs[GPU_DRA_DS]["metadata"]["namespace"]
+        assert _policy_user(objs) == f"system:serviceaccount:{namespace}:{pod['serviceAccountName']}"
+        (binding,) = (o for o in objs.values() if o["kind"] == "ClusterRoleBinding")
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}
+        ]
+        (vap_binding,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicyBinding")
+        assert vap_binding["spec"] == {
+            "policyName": "intel-gpu-dra-driver-resourceslices",
+            "validationActions": ["Deny"],
+        }
+
+
+def test_gpu_dra_chart_images_and_pod_values(helm: Path) -> None:
+    assert set(_image_strings(_gpu_dra_template(helm))) == {images.node_image()}
+    prefix, tag = "registry.example:5000/team", "9.9.9"
+    objs = _gpu_dra_template(
+        helm,
+        f"image.repository={prefix}/",
+        f"image.tag={tag}",
+        "image.pullPolicy=Always",
+        "logLevel=4",
+        "imagePullSecrets[0].name=pull",
+        "tolerations[0].operator=Exists",
+    )
+    pod = objs[GPU_DRA_DS]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == (images.node_image(prefix, tag), "Always")
+    assert container["args"][:2] == ["-v", "4"]
+    assert pod["imagePullSecrets"] == [{"name": "pull"}]
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+
+
+def test_gpu_dra_chart_lints_and_follows_the_package(helm: Path) -> None:
+    _run([helm, "lint", "--strict", GPU_DRA_CHART])
+    meta = yaml.safe_load((GPU_DRA_CHART / "Chart.yaml").read_text())
+    assert meta["version"] == meta["appVersion"] == images.PROJECT_VERSION
+
+
+@pytest.mark.parametrize("choice", sorted(CHOICES))
+def test_operator_installs_restrict_the_dra_drivers_service_account(
+    helm: Path, kubectl: Path, choice: str
+) -> None:
+    """The policy names, in CEL that kustomize does not rewrite, the ServiceAccount the operator gives the
+    DRA driver pods; every shipped installation (and the chart in another namespace) must agree."""
+    installs = [_kustomize(kubectl, CHOICES[choice][1])]
+    if choice == "cert-manager":
+        installs.append(_template(helm, OPERATOR_CHART, PLACEHOLDER_SOURCES, namespace="elsewhere"))
+    for objs in installs:
+        (manager,) = (o for o in objs.values() if o["kind"] == "Deployment")
+        env = {e["name"]: e.get("value") for e in manager["spec"]["template"]["spec"]["containers"][0]["env"]}
+        account = env["GPU_DRA_DRIVER_SERVICE_ACCOUNT"]
+        namespace = manager["metadata"]["namespace"]
+        assert ("ServiceAccount", account) in objs
+        assert _policy_user(objs) == f"system:serviceaccount:{namespace}:{account}"
+        binding = objs[("ClusterRoleBinding", account)]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+        (vap_binding,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicyBinding")
+        assert ("ValidatingAdmissionPolicy", vap_binding["spec"]["policyName"]) in objs

@@ -63,3 +63,13 @@ def test_rmd_operator_reads_and_updates_only_the_two_tls_secrets() -> None:
     assert sorted(secrets["verbs"]) == ["get", "update"]
     assert sorted(secrets["resourceNames"]) == sorted([RMD_CLIENT_SECRET, RMD_SERVER_SECRET])
     assert not rules_for(rules_of(path, "ClusterRole", "intel-rmd-operator"), "secrets")
+
+
+def test_gpu_dra_driver_gets_the_same_narrow_rights_standalone_and_from_the_operator() -> None:
+    standalone = rules_of(DEPLOY / "dra" / "gpu" / "rbac.yaml", "ClusterRole", "intel-gpu-dra-driver")
+    operator = rules_of(DEPLOY / "operator" / "rbac" / "gpu_dra_driver.yaml", "ClusterRole", "gpu-dra-driver")
+    assert standalone == operator
+    assert rules_for(standalone, "nodes") == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    (claims,) = rules_for(standalone, "resourceclaims")
+    assert claims["verbs"] == ["get"]
+    assert not [r for r in standalone if "secrets" in r["resources"] or "pods" in r["resources"]]

@@ -34,6 +34,7 @@ from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import wait_daemonset_ready
 from k8stest.operatorinstall import (
     FPGA_PLUGIN_SA,
+    GPU_DRA_DRIVER_SA,
     NS,
     SA,
     SECRET,
@@ -623,6 +624,44 @@ def test_fpga_plugin_pods_run_as_the_node_getter_service_account(
     assert not may({ra: {"resource": "secrets", "verb": "list", "namespace": NS}})
     # the namespace's default ServiceAccount, which the other kinds' pods run under, cannot read nodes
     assert not service_account_may(admin, "default", {ra: {"resource": "nodes", "verb": "get", "name": node}})
+
+
+def test_gpu_cr_switches_between_plugin_and_dra_driver(
+    installed: Installed, admin: KubeClient, crs: Callable[..., JSON], kwok_nodes: Callable[..., list[str]]
+) -> None:
+    """deployAs DRADriver: the CR's DaemonSet runs the driver under the shipped driver ServiceAccount (whose
+    own-node slice policy the operator installation ships), and switching back rolls it to the plugin."""
+    pool = unique("gpu-dra")
+    (node,) = kwok_nodes(1, labels={TEST_LABEL: pool})
+    crs(DeviceKind.GPU, pool, {"nodeSelector": {TEST_LABEL: pool}, "deployAs": "DRADriver"})
+    ds = wait_daemonset_ready(admin, NS, DeviceKind.GPU.daemonset_name(pool), expected=1, timeout=120)
+    pod_spec = ds["spec"]["template"]["spec"]
+    assert pod_spec["serviceAccountName"] == GPU_DRA_DRIVER_SA
+    assert pod_spec["containers"][0]["command"] == ["intel_gpu_dra_driver"]
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    eventually("the CR's status", lambda: status_matches(admin, DeviceKind.GPU, pool, {node}))
+    policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    policy = f"{policies}/{GPU_DRA_DRIVER_SA}-resourceslices"
+    assert GPU_DRA_DRIVER_SA in admin.get(policy)["spec"]["matchConditions"][0]["expression"]
+    # A plugin-only field is refused by the webhook, naming it.
+    with pytest.raises(ApiError) as info:
+        admin.merge_patch(cr_path(DeviceKind.GPU, pool), {"spec": {"sharedDevNum": 2}})
+    assert "spec.sharedDevNum" in str(info.value)
+    admin.merge_patch(cr_path(DeviceKind.GPU, pool), {"spec": {"deployAs": "DevicePlugin"}})
+
+    def plugin() -> JSON | None:
+        got = admin.get(ds_path(DeviceKind.GPU, pool))
+        return (
+            got
+            if got["spec"]["template"]["spec"]["containers"][0]["command"] == ["intel_gpu_device_plugin"]
+            else None
+        )
+
+    back = eventually("the plugin DaemonSet", plugin)
+    pod_back = back["spec"]["template"]["spec"]
+    # The plugin pods run under the namespace default again, not the driver's identity.
+    assert "serviceAccountName" not in pod_back and "serviceAccount" not in pod_back
+    wait_daemonset_ready(admin, NS, DeviceKind.GPU.daemonset_name(pool), expected=1, timeout=120)
 
 
 def test_operator_identity_is_only_the_service_account(installed: Installed, admin: KubeClient) -> None:

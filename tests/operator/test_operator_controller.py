@@ -26,6 +26,7 @@ from intel_device_plugins.operator.controller import (
     Reconciler,
     owner_key,
 )
+from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from tests.builders import merge_patch
 
@@ -193,6 +194,22 @@ async def test_reconcile_applies_owned_daemonset_and_writes_status_once() -> Non
         1,
         ["n1", "n2"],
     )
+
+
+async def test_dra_driver_cr_gets_the_driver_daemonset_under_its_service_account() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", {"image": node_image(), "deployAs": "DRADriver"})
+    cfg = ControllerConfig(NS, ALL_KINDS, {}, dra_service_account="gpu-dra")
+    await Reconciler(cast(AsyncClient, api), cfg, Metrics(), now=lambda: "2026-11-22T10:00:00Z").reconcile(
+        DeviceKind.GPU, "a"
+    )
+    (applied,) = api.applies
+    assert applied["metadata"]["name"] == "intel-gpu-plugin-a"
+    pod = applied["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gpu-dra"
+    assert pod["containers"][0]["command"] == ["intel_gpu_dra_driver"]
+    status = api.crs[("gpudeviceplugins", "a")]["status"]
+    assert status["controlledDaemonSet"]["name"] == "intel-gpu-plugin-a"
 
 
 async def test_watch_events_that_echo_own_writes_are_not_queued() -> None:
@@ -543,6 +560,23 @@ async def test_invalid_spec_is_reported_and_the_others_still_served() -> None:
     assert [r["name"] for r in api.applies[0]["metadata"]["ownerReferences"]] == ["sgx"]
     (cond,) = api.crs[("gpudeviceplugins", "bad")]["status"]["conditions"]
     assert cond["type"] == "SpecValid" and cond["status"] == "False" and "sharedDevNum" in cond["message"]
+
+
+async def test_a_dra_driver_cr_is_reported_not_combined() -> None:
+    api = CombinedApi()
+    api.add_cr(DeviceKind.GPU, "dra", {"image": node_image(), "deployAs": "DRADriver"})
+    api.add_cr(DeviceKind.SGX, "sgx", combined_spec(DeviceKind.SGX))
+    await make_combined(api).reconcile(DeviceKind.GPU, "dra")
+    (applied,) = api.applies
+    assert [r["name"] for r in applied["metadata"]["ownerReferences"]] == ["sgx"]
+    assert "gpu" not in " ".join(applied["spec"]["template"]["spec"]["containers"][0]["args"])
+    (cond,) = api.crs[("gpudeviceplugins", "dra")]["status"]["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "CombinedProcess",
+        "False",
+        "DRADriverNotCombined",
+    )
+    assert "--combined-plugin-process" in cond["message"]
 
 
 async def test_no_cr_left_deletes_the_daemonset() -> None:

@@ -44,6 +44,7 @@ EXPECTED_FIELDS = {
         "sharedDevNum",
         "enableMonitoring",
         "resourceManager",
+        "deployAs",
     },
     DeviceKind.IAA: {"provisioningConfig", "sharedDevNum"},
     DeviceKind.NPU: {"sharedDevNum"},
@@ -115,6 +116,10 @@ def test_enums_bounds_and_defaults() -> None:
     assert gpu["preferredAllocationPolicy"]["enum"] == ["balanced", "packed", "none"]
     assert gpu["bypathMode"]["enum"] == ["none", "single", "all"]
     assert gpu["monitoringMode"]["enum"] == ["split", "single"]
+    assert (
+        gpu["deployAs"]["enum"] == ["DevicePlugin", "DRADriver"]
+        and gpu["deployAs"]["default"] == "DevicePlugin"
+    )
     assert qat["preferredAllocationPolicy"]["enum"] == ["balanced", "packed"]
     assert qat["dpdkDriver"]["enum"] == ["igb_uio", "vfio-pci"]
     assert "420xxvf" in qat["kernelVfDrivers"]["items"]["enum"]

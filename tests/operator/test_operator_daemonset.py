@@ -479,3 +479,73 @@ def test_iaa_always_selects_amd64(selector: dict[str, str], expected: dict[str, 
     assert pod(build(DeviceKind.IAA, {"nodeSelector": selector}))["nodeSelector"] == expected
     if selector:
         assert pod(build(DeviceKind.DSA, {"nodeSelector": selector}))["nodeSelector"] == selector
+
+
+STANDALONE_GPU_DRA = ROOT / "deploy" / "dra" / "gpu" / "daemonset.yaml"
+DRA_SA = "intel-deviceplugins-gpu-dra-driver"
+
+
+def dra(spec: dict[str, Any], service_account: str = DRA_SA) -> dict[str, Any]:
+    parsed = parse_spec(DeviceKind.GPU, {"image": images.node_image(), "deployAs": "DRADriver", **spec})
+    return desired_daemonset(
+        parsed, Owner(DeviceKind.GPU, "sample", "uid-1"), NS, dra_service_account=service_account
+    )
+
+
+def test_dra_driver_replaces_the_plugin_in_the_same_daemonset() -> None:
+    plugin, driver = build(DeviceKind.GPU, {"image": images.node_image()}), dra({})
+    # Same name, owner and labels: switching deployAs rolls the one DaemonSet over.
+    assert driver["metadata"] == plugin["metadata"]
+    assert driver["spec"]["selector"] == plugin["spec"]["selector"]
+    c = container(driver)
+    assert (c["name"], c["command"]) == ("intel-gpu-dra-driver", ["intel_gpu_dra_driver"])
+    assert c["image"] == images.node_image()
+    assert c["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert pod(driver)["serviceAccountName"] == pod(driver)["serviceAccount"] == DRA_SA
+    assert pod(driver)["automountServiceAccountToken"] is True
+
+
+def test_dra_driver_rolls_with_a_surge_and_the_plugin_without() -> None:
+    assert dra({})["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    plugin = build(DeviceKind.GPU, {"deployAs": "DevicePlugin"})
+    assert plugin["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert container(plugin)["command"] == ["intel_gpu_device_plugin"]
+
+
+def test_dra_driver_flags_name_the_directories_it_mounts() -> None:
+    ds = dra({"logLevel": 3})
+    c = container(ds)
+    args = c["args"]
+    assert args[:2] == ["-v", "3"]
+    flags = dict(zip(args[2::2], args[3::2], strict=True))
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    for name in ("-cdi-root", "-kubelet-registrar-directory-path", "-kubelet-plugins-directory-path"):
+        assert flags[name] in mounts and not mounts[flags[name]].get("readOnly"), name
+    assert {p for p, m in mounts.items() if m.get("readOnly")} == {"/sys", "/dev"}
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+    assert "privileged" not in sc and sc["readOnlyRootFilesystem"] is True
+    assert {v["name"] for v in pod(ds)["volumes"]} == {m["name"] for m in c["volumeMounts"]}
+
+
+def test_dra_driver_keeps_the_crs_selector_tolerations_and_nfd_hook() -> None:
+    ds = dra(
+        {
+            "nodeSelector": {"gpu": "yes"},
+            "tolerations": [{"operator": "Exists"}],
+            "initImage": INIT.format("gpu-initcontainer"),
+        }
+    )
+    assert pod(ds)["nodeSelector"] == {"gpu": "yes"}
+    assert pod(ds)["tolerations"] == [{"operator": "Exists"}]
+    (init,) = pod(ds)["initContainers"]
+    assert init["name"] == "intel-gpu-initcontainer" and "nfd-sources" in volumes(ds)
+
+
+def test_standalone_dra_driver_pod_is_the_operators() -> None:
+    standalone = yaml.safe_load(STANDALONE_GPU_DRA.read_text())
+    operator = pod(dra({}, service_account="intel-gpu-dra-driver"))
+    # The deprecated alias matters only to a DaemonSet that switches between plugin and driver.
+    assert operator.pop("serviceAccount") == operator["serviceAccountName"]
+    assert pod(standalone) == operator
+    assert standalone["spec"]["updateStrategy"] == dra({})["spec"]["updateStrategy"]

@@ -113,9 +113,22 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
     crs = next(r for r in cluster if "gpudeviceplugins" in r.get("resources", []))
     assert set(crs["verbs"]) == {"get", "list", "watch"}
     fpga_sa = "intel-deviceplugins-fpga-plugin"
+    dra_sa = "intel-deviceplugins-gpu-dra-driver"
     for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
         (subject,) = binding["subjects"]
-        assert subject["name"] in ("intel-deviceplugins-controller-manager", fpga_sa)
+        assert subject["name"] in ("intel-deviceplugins-controller-manager", fpga_sa, dra_sa)
+        if subject["name"] == dra_sa:
+            # Only the resource.k8s.io objects a driver writes, its node and claims by name; the
+            # ResourceSlice admission policy narrows the slices to the pod's own node.
+            (role,) = (
+                d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"] == binding["roleRef"]["name"]
+            )
+            assert {g for r in role["rules"] for g in r["apiGroups"]} == {"", "resource.k8s.io"}
+            assert {res for r in role["rules"] for res in r["resources"]} == {
+                "nodes",
+                "resourceclaims",
+                "resourceslices",
+            }
         if subject["name"] == fpga_sa:
             assert binding["roleRef"]["kind"] == "ClusterRole"
             (role,) = (

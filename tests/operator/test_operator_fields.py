@@ -37,6 +37,7 @@ VALUES: dict[str, Any] = {
     "provisionLimit": 4,
     "dcapInfraResources": True,
     "resourceManager": True,
+    "deployAs": "DRADriver",
 }
 
 

@@ -261,3 +261,61 @@ def test_defaulting_sets_image_only_when_empty(kind: DeviceKind) -> None:
     assert validate_object(kind, {"spec": defaulted}).allowed
     assert default_spec(kind, {"image": "x/y:1.0.0"})["image"] == "x/y:1.0.0"
     assert default_spec(kind, None)["image"].endswith(f":{PROJECT_VERSION}")
+
+
+DRA = {"image": node_image(), "deployAs": "DRADriver"}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        DRA,
+        # What upstream's GPU sample carries means "no sharing", which the driver does by default.
+        {**DRA, "sharedDevNum": 1, "preferredAllocationPolicy": "none"},
+        {**DRA, "initImage": f"intel/intel-gpu-initcontainer:{V}", "nodeSelector": {"gpu": "yes"}},
+        {**DRA, "logLevel": 4, "tolerations": [{"operator": "Exists"}]},
+        {"image": img("gpu"), "deployAs": "DevicePlugin", "sharedDevNum": 2},
+    ],
+)
+def test_dra_driver_accepts_the_fields_it_uses(spec: dict[str, Any]) -> None:
+    verdict = validate_object(DeviceKind.GPU, {"spec": spec})
+    assert verdict.allowed, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "text"),
+    [
+        ({"sharedDevNum": 2}, "spec.sharedDevNum", "by capacity"),
+        (
+            {"sharedDevNum": 2, "preferredAllocationPolicy": "packed"},
+            "spec.preferredAllocationPolicy",
+            "scheduler",
+        ),
+        ({"preferredAllocationPolicy": "balanced"}, "spec.preferredAllocationPolicy", "DRADriver"),
+        ({"enableMonitoring": True}, "spec.enableMonitoring", "admin-access"),
+        ({"monitoringMode": "single"}, "spec.monitoringMode", "admin-access"),
+        ({"bypathMode": "all"}, "spec.bypathMode", "CDI"),
+        ({"allowIDs": "0x56a0"}, "spec.allowIDs", "pciId"),
+        ({"denyIDs": "0x56a0"}, "spec.denyIDs", "pciId"),
+        ({"image": img("gpu")}, "spec.image", "intel_gpu_dra_driver"),
+        ({"image": f"intel/intel-gpu-plugin@{DIGEST}"}, "spec.image", "node image"),
+        ({"deployAs": "Both"}, "spec.deployAs", "DRADriver"),
+    ],
+)
+def test_dra_driver_rejects_plugin_only_fields_naming_them(
+    extra: dict[str, Any], field: str, text: str
+) -> None:
+    verdict = validate_object(DeviceKind.GPU, {"spec": {**DRA, **extra}})
+    assert not verdict.allowed
+    assert f"{field}: " in verdict.message and text in verdict.message, verdict.message
+
+
+def test_the_same_fields_stay_valid_for_the_device_plugin() -> None:
+    spec = {
+        "image": img("gpu"),
+        "sharedDevNum": 2,
+        "preferredAllocationPolicy": "packed",
+        "bypathMode": "all",
+    }
+    assert validate_object(DeviceKind.GPU, {"spec": spec}).allowed
+    assert not validate_object(DeviceKind.GPU, {"spec": {**spec, "deployAs": "DRADriver"}}).allowed

@@ -45,6 +45,7 @@ from intel_device_plugins.operator.reconcile import (
     plan,
     status_patch,
 )
+from intel_device_plugins.operator.registry import profile_of
 from intel_device_plugins.operator.upgrade import effective_spec
 
 FIELD_MANAGER: Final = "intel-deviceplugin-operator"
@@ -66,6 +67,8 @@ class ControllerConfig:
     """Concurrent reconciles; 0 is one per enabled kind, as many as upstream's per-kind controllers run."""
     fpga_service_account: str = ""
     """ServiceAccount of FPGA plugin pods (it may get nodes); empty runs them under the namespace default."""
+    dra_service_account: str = ""
+    """ServiceAccount of DRA driver pods (its ResourceSlices and claims; ``deploy/operator/rbac``)."""
     resync_s: float = 300.0
     """How often the streams list everything again (every CR is then reconciled): a safety net."""
     combined: bool = False
@@ -301,6 +304,7 @@ class Reconciler:
             self.cfg.namespace,
             self.cfg.pull_secret,
             self.cfg.fpga_service_account,
+            self.cfg.dra_service_account,
         )
         for note in p.image_notes:
             log.info("%s/%s: %s", kind.kind, name, note)
@@ -369,6 +373,17 @@ class Reconciler:
                 await self._write_status(kind, name, current, compute_status(None, (), (cond,)))
                 await self._event(kind, body, "InvalidSpec", message)
                 continue
+            if profile_of(spec).deploys_dra(spec):
+                # The combined process is a device plugin process: it cannot host a DRA driver.
+                message = (
+                    "the combined plugin process runs device plugins only: spec.deployAs DRADriver needs "
+                    "the operator without --combined-plugin-process"
+                )
+                cond = self._combined_condition(
+                    current, "DRADriverNotCombined", message, meta.get("generation")
+                )
+                await self._write_status(kind, name, current, compute_status(None, (), (cond,)))
+                continue
             effective, notes = effective_spec(spec, self.cfg.image_env)
             for note in notes:
                 log.info("%s/%s: %s", kind.kind, name, note)
@@ -416,17 +431,22 @@ class Reconciler:
                 f"the combined plugin process serves one {key[0].kind} per cluster: "
                 f"{instead.owner.name} is served, this one is not"
             )
-            cond = Condition(
-                CONDITION_COMBINED, "False", "KindServedByAnotherCR", message, self._now(), generations[key]
-            )
-            for old in currents[key].get("conditions") or ():
-                if (
-                    isinstance(old, Mapping)
-                    and old.get("type") == CONDITION_COMBINED
-                    and old.get("status") == "False"
-                ):
-                    cond = dataclasses.replace(cond, last_transition_time=str(old.get("lastTransitionTime")))
+            cond = self._combined_condition(currents[key], "KindServedByAnotherCR", message, generations[key])
             await self._write_status(key[0], key[1], currents[key], compute_status(None, (), (cond,)))
+
+    def _combined_condition(
+        self, current: Mapping[str, Any], reason: str, message: str, generation: Any
+    ) -> Condition:
+        """A CR the combined process does not serve: CombinedProcess False, keeping the time it became so."""
+        cond = Condition(CONDITION_COMBINED, "False", reason, message, self._now(), generation)
+        for old in current.get("conditions") or ():
+            if (
+                isinstance(old, Mapping)
+                and old.get("type") == CONDITION_COMBINED
+                and old.get("status") == "False"
+            ):
+                cond = dataclasses.replace(cond, last_transition_time=str(old.get("lastTransitionTime")))
+        return cond
 
     async def _write_status(
         self, kind: DeviceKind, name: str, current: Mapping[str, Any], status: PluginStatus

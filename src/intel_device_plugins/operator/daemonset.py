@@ -20,12 +20,17 @@ from typing import Final
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.kinds import API_VERSION, DeviceKind
 from intel_device_plugins.operator.pod import (
+    CDI_DIR,
     DEFAULT_NODE_SELECTOR,
+    DRA_MOUNTS,
+    DRA_PLUGINS_DIR,
+    DRA_REGISTRAR_DIR,
     JSON,
     PLUGIN_SELINUX,
     node_name_env,
 )
 from intel_device_plugins.operator.registry import AnySpec, profile_of
+from intel_device_plugins.plugins import flagnames
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "intel-deviceplugin-operator"
@@ -82,6 +87,69 @@ def plugin_container(spec: AnySpec) -> JSON:
     return container
 
 
+def dra_args(spec: AnySpec) -> list[str]:
+    """The DRA driver's arguments: ``-v`` and the host directories the pod mounts (the node name comes
+    from ``NODE_NAME``)."""
+    return [
+        "-v",
+        str(spec.log_level),
+        flagnames.flag(flagnames.DRA_CDI_ROOT),
+        CDI_DIR,
+        flagnames.flag(flagnames.DRA_REGISTRAR_DIR),
+        DRA_REGISTRAR_DIR,
+        flagnames.flag(flagnames.DRA_PLUGINS_DIR),
+        DRA_PLUGINS_DIR,
+    ]
+
+
+def dra_container(spec: AnySpec) -> JSON:
+    """The DRA driver container: root without any capability, read-only root file system; it writes only
+    to the hostPath directories of ``DRA_MOUNTS``."""
+    kind = spec.KIND
+    dra = profile_of(spec).dra
+    if dra is None:
+        raise ValueError(f"{kind.kind} has no DRA driver")
+    return {
+        "name": kind.dra_driver_base,
+        "image": spec.image or images.default_plugin_image(kind),
+        "imagePullPolicy": "IfNotPresent",
+        "command": [images.dra_driver_command(kind)],
+        "args": dra_args(spec),
+        "env": [node_name_env()],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "resources": {
+            "requests": {"memory": dra.requests[0], "cpu": dra.requests[1]},
+            "limits": {"memory": dra.limits[0], "cpu": dra.limits[1]},
+        },
+        "volumeMounts": [m.mount() for m in DRA_MOUNTS],
+    }
+
+
+def dra_pod(spec: AnySpec, service_account: str, init_parts: tuple[list[JSON], list[JSON]]) -> JSON:
+    """The DRA driver's pod spec: it calls the API server, so it runs under ``service_account`` (its RBAC
+    and the ResourceSlice admission policy name it) with the pod-bound token that names its node."""
+    init_containers, init_volumes = init_parts
+    pod: JSON = {
+        "nodeSelector": node_selector(spec),
+        "automountServiceAccountToken": True,
+        "containers": [dra_container(spec)],
+        "volumes": [m.volume() for m in DRA_MOUNTS] + init_volumes,
+    }
+    if service_account:
+        pod["serviceAccountName"] = service_account
+        # The deprecated alias too: the API server copies it back into serviceAccountName when that alone
+        # is dropped, so switching the CR back to the plugin would keep the driver's identity.
+        pod["serviceAccount"] = service_account
+    if init_containers:
+        pod["initContainers"] = init_containers
+    return pod
+
+
 @dataclasses.dataclass(frozen=True)
 class Owner:
     """The CR that controls the DaemonSet."""
@@ -109,29 +177,44 @@ def node_selector(spec: AnySpec) -> dict[str, str]:
 
 
 def desired_daemonset(
-    spec: AnySpec, owner: Owner, namespace: str, pull_secret: str = "", fpga_service_account: str = ""
+    spec: AnySpec,
+    owner: Owner,
+    namespace: str,
+    pull_secret: str = "",
+    fpga_service_account: str = "",
+    dra_service_account: str = "",
 ) -> JSON:
     """Complete DaemonSet for ``spec`` (already carrying its effective images) owned by ``owner``.
 
     ``fpga_service_account`` names the ServiceAccount of FPGA plugin pods: the plugin reads its node's
     mode annotation, which the namespace's default ServiceAccount may not. Empty keeps the default one.
+    ``dra_service_account`` names the ServiceAccount of DRA driver pods (``deployAs: DRADriver``).
+
+    A DRA driver DaemonSet keeps the plugin's name and labels, so switching ``deployAs`` rolls the same
+    DaemonSet over from one to the other; it surges (a new pod starts before the old one stops) because
+    two driver instances may serve a node side by side, while two device plugins may not.
     """
     kind = spec.KIND
     profile = profile_of(spec)
     tmpl = profile.template
     app = {"app": kind.daemonset_base}
-    init_containers, init_volumes = profile.init_parts(spec)
-    pod: JSON = {
-        "nodeSelector": node_selector(spec),
-        "containers": [plugin_container(spec)],
-        "volumes": _pod_volumes(spec, init_volumes),
-    }
-    if tmpl.automount_token is not None:
-        pod["automountServiceAccountToken"] = tmpl.automount_token
-    if profile.plugin_service_account and fpga_service_account:
-        pod["serviceAccountName"] = fpga_service_account
-    if init_containers:
-        pod["initContainers"] = init_containers
+    dra = profile.deploys_dra(spec)
+    pod: JSON
+    if dra:
+        pod = dra_pod(spec, dra_service_account, profile.init_parts(spec))
+    else:
+        init_containers, init_volumes = profile.init_parts(spec)
+        pod = {
+            "nodeSelector": node_selector(spec),
+            "containers": [plugin_container(spec)],
+            "volumes": _pod_volumes(spec, init_volumes),
+        }
+        if tmpl.automount_token is not None:
+            pod["automountServiceAccountToken"] = tmpl.automount_token
+        if profile.plugin_service_account and fpga_service_account:
+            pod["serviceAccountName"] = fpga_service_account
+        if init_containers:
+            pod["initContainers"] = init_containers
     if spec.tolerations is not None:
         pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
     if pull_secret:
@@ -149,7 +232,9 @@ def desired_daemonset(
             "selector": {"matchLabels": dict(app)},
             "updateStrategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}
+                if dra
+                else {"maxSurge": 0, "maxUnavailable": 1},
             },
             "template": {"metadata": {"labels": dict(app)}, "spec": pod},
         },

@@ -117,6 +117,11 @@ def plugin_command(kind: DeviceKind) -> str:
     return f"intel_{kind.value}_device_plugin"
 
 
+def dra_driver_command(kind: DeviceKind) -> str:
+    """Console script of the kind's DRA driver in this project's node image, e.g. ``intel_gpu_dra_driver``."""
+    return f"intel_{kind.value}_dra_driver"
+
+
 def plugin_image_problem(reference: str) -> str | None:
     """Why ``reference`` cannot be the operator's plugin image, or None (empty means the default)."""
     if not reference:

@@ -63,6 +63,25 @@ SOCKETS = HostMount("kubeletsockets", KUBELET_SOCKETS, KUBELET_SOCKETS)
 CDI = HostMount("cdipath", "/var/run/cdi", "/var/run/cdi", host_type="DirectoryOrCreate")
 
 
+DRA_REGISTRAR_DIR: Final = "/var/lib/kubelet/plugins_registry"
+DRA_PLUGINS_DIR: Final = "/var/lib/kubelet/plugins"
+CDI_DIR: Final = "/var/run/cdi"
+
+DRA_MOUNTS: Final = (
+    # The kubelet's plugin watcher finds the driver's registration socket here.
+    HostMount("plugins-registry", DRA_REGISTRAR_DIR, DRA_REGISTRAR_DIR, host_type="Directory"),
+    # The DRA service socket and the checkpoint of prepared claims (survives a driver restart).
+    HostMount("plugins", DRA_PLUGINS_DIR, DRA_PLUGINS_DIR, host_type="DirectoryOrCreate"),
+    # The per-claim CDI specs the container runtime reads.
+    HostMount("cdi", CDI_DIR, CDI_DIR, host_type="DirectoryOrCreate"),
+    # Discovery and health only read sysfs and the device nodes.
+    HostMount("sysfs", "/sys", "/sys", True),
+    HostMount("devfs", "/dev", "/dev", True),
+)
+"""Host directories of every DRA driver; the driver runs as root without capabilities, so the owner's
+permission bits on these root-owned directories are all it writes with."""
+
+
 def node_name_env() -> JSON:
     return {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 

@@ -14,7 +14,7 @@ from typing import Generic
 from intel_device_plugins.kube.crdmodel import EMPTY
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import JSON, HostMount, KindTemplate
-from intel_device_plugins.operator.spec import FieldError, S
+from intel_device_plugins.operator.spec import DEPLOY_AS_DRA, FieldError, S
 
 InitParts = tuple[list[JSON], list[JSON]]
 """Init containers and the extra pod volumes they need."""
@@ -29,6 +29,20 @@ def no_init(spec: object) -> InitParts:
 
 def no_rules(spec: object) -> Findings:
     return [], []
+
+
+@dataclasses.dataclass(frozen=True)
+class DraTemplate(Generic[S]):
+    """The kind's DRA driver: what its DaemonSet runs when the CR says ``deployAs: DRADriver``.
+
+    The driver's pod is the same for every kind but for these figures: the host mounts (``pod.DRA_MOUNTS``),
+    the flags naming them and the ServiceAccount are shared.
+    """
+
+    requests: tuple[str, str]  # memory, cpu
+    limits: tuple[str, str]
+    unused_fields: Callable[[S], list[FieldError]]
+    """Spec fields that mean something to the device plugin only; a DRADriver CR setting them is rejected."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +68,16 @@ class KindProfile(Generic[S]):
     """Whether the plugin pods run under the operator's plugin ServiceAccount (the plugin reads its node)."""
     reinvoke_defaulting: bool = False
     """Whether the CR's defaulting webhook is called again after later mutations (``reinvocationPolicy``)."""
+    dra: DraTemplate[S] | None = None
+    """The kind's DRA driver, for kinds whose spec has ``deployAs``; None: device plugin only."""
 
     @property
     def kind(self) -> DeviceKind:
         return self.spec_class.KIND
+
+    def deploys_dra(self, spec: S) -> bool:
+        """Whether the CR's DaemonSet runs the kind's DRA driver instead of its device plugin."""
+        return self.dra is not None and getattr(spec, "deploy_as", "") == DEPLOY_AS_DRA
 
     def mounts(self, spec: S) -> tuple[HostMount, ...]:
         return self.main_mounts(spec) if self.main_mounts is not None else self.template.mounts

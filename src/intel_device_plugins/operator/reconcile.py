@@ -47,6 +47,7 @@ def plan(
     namespace: str,
     pull_secret: str = "",
     fpga_service_account: str = "",
+    dra_service_account: str = "",
 ) -> Plan:
     """Desired DaemonSet for the CR object ``cr``; a malformed spec yields errors instead of an exception."""
     meta = cr.get("metadata")
@@ -61,7 +62,10 @@ def plan(
         return Plan(None, errors=exc.errors)
     eff, notes = effective_spec(spec, env)
     return Plan(
-        desired_daemonset(eff, Owner(kind, name, uid), namespace, pull_secret, fpga_service_account), notes
+        desired_daemonset(
+            eff, Owner(kind, name, uid), namespace, pull_secret, fpga_service_account, dra_service_account
+        ),
+        notes,
     )
 
 

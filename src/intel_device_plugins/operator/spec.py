@@ -35,6 +35,27 @@ POS_INT: Final[JSONSchema] = {"type": "integer", "minimum": 1}
 SHARED_DEV_NUM_SCHEMA: Final[JSONSchema] = {"type": "integer", "minimum": 1, "maximum": MAX_SHARED_DEV_NUM}
 BOOL: Final[JSONSchema] = {"type": "boolean"}
 
+DEPLOY_AS_PLUGIN: Final = "DevicePlugin"
+DEPLOY_AS_DRA: Final = "DRADriver"
+DEPLOY_AS_SCHEMA: Final[JSONSchema] = {
+    "type": "string",
+    "enum": [DEPLOY_AS_PLUGIN, DEPLOY_AS_DRA],
+    "default": DEPLOY_AS_PLUGIN,
+}
+
+
+def deploy_as_field() -> Any:
+    """``spec.deployAs`` of a kind that has a DRA driver: what the CR's DaemonSet runs. The schema default
+    keeps every CR written before the field existed a device plugin."""
+    return spec_field(
+        "deployAs",
+        DEPLOY_AS_SCHEMA,
+        "What runs on the selected nodes: the device plugin (DevicePlugin) or the DRA driver (DRADriver), "
+        "which publishes the devices as ResourceSlices for ResourceClaims.",
+        DEPLOY_AS_PLUGIN,
+    )
+
+
 TOLERATION_SCHEMA: Final[JSONSchema] = {
     "type": "object",
     "description": "The pod this Toleration is attached to tolerates any taint that matches the triple "

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
+from intel_device_plugins.operator import images
 from intel_device_plugins.operator.imageref import SemVerError, parse_image, parse_semver
 from intel_device_plugins.operator.images import (
     DEFAULT_IMAGE_PREFIX,
@@ -27,6 +28,7 @@ from intel_device_plugins.operator.images import (
     UPSTREAM_VERSION,
     accepted_init_image_names,
     default_plugin_image,
+    is_node_image,
     plugin_image_names,
 )
 from intel_device_plugins.operator.kinds import DeviceKind
@@ -110,6 +112,16 @@ def validate_spec(spec: AnySpec) -> Verdict:
     kind = spec.KIND
     profile = profile_of(spec)
     errors, warnings = profile.validate(spec)
+    if profile.dra is not None and profile.deploys_dra(spec):
+        errors += profile.dra.unused_fields(spec)
+        if spec.image and not is_node_image(spec.image):
+            errors.append(
+                FieldError(
+                    "spec.image",
+                    f"deployAs DRADriver needs this project's node image ({NODE_IMAGE_NAME}): "
+                    f"{images.dra_driver_command(kind)} is in no other image",
+                )
+            )
 
     def image(path: str, value: str, names: tuple[str, ...]) -> None:
         err, warn = check_image(path, value, names)

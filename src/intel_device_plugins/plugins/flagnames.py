@@ -31,6 +31,11 @@ SGX_ENCLAVE_LIMIT: Final = "enclave-limit"
 SGX_PROVISION_LIMIT: Final = "provision-limit"
 SGX_DCAP_INFRA_RESOURCES: Final = "dcap-infra-resources"
 
+# The DRA drivers' shared flag group (dra/cli.py); the operator passes the host paths it mounts.
+DRA_CDI_ROOT: Final = "cdi-root"
+DRA_REGISTRAR_DIR: Final = "kubelet-registrar-directory-path"
+DRA_PLUGINS_DIR: Final = "kubelet-plugins-directory-path"
+
 
 def flag(name: str) -> str:
     """The flag as it appears on a command line: ``-name`` (Go style, one dash)."""

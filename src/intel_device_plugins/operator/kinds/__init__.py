@@ -41,6 +41,12 @@ class DeviceKind(enum.Enum):
         """DaemonSet name prefix and ``app`` label value, e.g. ``intel-gpu-plugin``."""
         return f"intel-{self.value}-plugin"
 
+    @property
+    def dra_driver_base(self) -> str:
+        """Container name of the kind's DRA driver and name of its standalone DaemonSet, e.g.
+        ``intel-gpu-dra-driver``."""
+        return f"intel-{self.value}-dra-driver"
+
     def daemonset_name(self, cr_name: str) -> str:
         """Name of the DaemonSet owned by CR ``cr_name`` (upstream's naming, so existing ones are adopted)."""
         return f"{self.daemonset_base}-{cr_name}"
