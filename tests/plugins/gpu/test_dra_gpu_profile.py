@@ -260,3 +260,16 @@ def test_monitoring_template_asks_admin_access_to_every_card() -> None:
         "allocationMode": "All",
         "adminAccess": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "memory"),
+    [("0x400000000\n", str(16 * GIB)), ("1125899906842624\n", str(1 << 50)), ("1125899906842625\n", None)],
+)
+def test_memory_may_be_hex_and_is_bounded(tree: FakeTree, text: str, memory: str | None) -> None:
+    gpu.add_card(tree, memory_bytes=GIB)
+    tree.write("/sys/class/drm/card0/lmem_total_bytes", text)
+
+    device = devices(tree)["card0"]
+
+    assert (device.capacity["memory"].value if "memory" in device.capacity else None) == memory
