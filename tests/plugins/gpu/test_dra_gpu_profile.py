@@ -19,7 +19,7 @@ from intel_device_plugins.dra.model import (
     RequestPolicy,
 )
 from intel_device_plugins.dra.profile import ClaimPreparationError, claim_cdi_kind
-from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions
+from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, scan_gpus
 from intel_device_plugins.plugins.gpu.dra import (
     ADMIN_ACCESS_NAMESPACE_LABEL,
     GPU_DEVICE_CLASSES,
@@ -104,6 +104,7 @@ def test_unreadable_memory_size_is_a_problem_not_a_guess(tree: FakeTree) -> None
     assert "memory" not in device.capacity
     assert device.capacity["millicores"].request_policy == RequestPolicy(default="1000")
     assert any("card0" in p and "lmem_total_bytes" in p and "'lots'" in p for p in inventory.problems)
+    assert scan_gpus(str(tree.root), GpuOptions()).problems == ()  # the device plugin does not read it
 
 
 def test_xe_tile_with_garbage_size_drops_the_memory_capacity(tree: FakeTree) -> None:

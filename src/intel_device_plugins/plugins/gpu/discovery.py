@@ -323,7 +323,12 @@ def _sriov_role(facts: CardFacts) -> SriovRole:
 
 
 def _inspect_card(
-    view: _NodeView, name: str, options: GpuOptions, cache: CardFactsCache, problems: list[str]
+    view: _NodeView,
+    name: str,
+    options: GpuOptions,
+    cache: CardFactsCache,
+    problems: list[str],
+    with_memory: bool,
 ) -> GpuCard | None:
     device_dir = os.path.join(view.drm_dir, name, "device")
     pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
@@ -374,7 +379,7 @@ def _inspect_card(
 
     if facts.numa_problem:
         problems.append(f"GPU {name}: {facts.numa_problem}")
-    memory = card_memory(os.path.join(view.drm_dir, name), pci_dir, driver)
+    memory = card_memory(os.path.join(view.drm_dir, name), pci_dir, driver) if with_memory else None
     if isinstance(memory, str):
         problems.append(f"GPU {name}: {memory}; no memory size reported")
         memory = None
@@ -407,11 +412,14 @@ def _card_number(name: str) -> int:
     return int(name[4:])
 
 
-def scan_cards(prefix: str, options: GpuOptions, cache: CardFactsCache | None = None) -> CardScan | str:
+def scan_cards(
+    prefix: str, options: GpuOptions, cache: CardFactsCache | None = None, *, with_memory: bool = False
+) -> CardScan | str:
     """Every usable Intel GPU of the node under ``prefix``, or why the cards cannot be listed.
 
     ``cache`` carries the cards' static facts from one scan to the next; without it every fact
-    is read afresh. Either way the result is the same.
+    is read afresh. Either way the result is the same. Local memory is read only ``with_memory``
+    (the device plugin has no use for it, so its scans neither read nor report it).
     """
     problems: list[str] = []
     view = _node_view(prefix)
@@ -421,7 +429,7 @@ def scan_cards(prefix: str, options: GpuOptions, cache: CardFactsCache | None = 
         return f"cannot read {view.drm_dir}"
     cards: list[GpuCard] = []
     for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
-        card = _inspect_card(view, name, options, cache, problems)
+        card = _inspect_card(view, name, options, cache, problems, with_memory)
         if card is not None:
             cards.append(card)
     return CardScan(tuple(cards), tuple(problems))

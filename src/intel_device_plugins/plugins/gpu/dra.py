@@ -137,7 +137,7 @@ class GpuDriverProfile:
         return DRIVER_NAME
 
     def scan(self) -> Inventory:
-        scan = scan_cards(self.prefix, self.options, self.cards)
+        scan = scan_cards(self.prefix, self.options, self.cards, with_memory=True)
         inventory = inventory_of(scan, devices_root(self.prefix or "/"))
         self.problems.report(inventory.problems)
         return inventory
