@@ -19,6 +19,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from intel_device_plugins.deviceplugin.model import CdiDevice
@@ -54,17 +55,19 @@ MILLICORES_PER_CARD = 1000
 ADMIN_ACCESS_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
 """The namespace label without which the API server refuses admin-access claims."""
 
-MODELS: Mapping[str, tuple[str, str]] = {
-    "0x56a0": ("Arc", "A770"),
-    "0x56a1": ("Arc", "A750"),
-    "0x56a5": ("Arc", "A380"),
-    "0x56c0": ("Flex", "Flex 170"),
-    "0x56c1": ("Flex", "Flex 140"),
-    "0x0bd5": ("Max", "Max 1550"),
-    "0x0bda": ("Max", "Max 1100"),
-    "0xe20b": ("Arc", "B580"),
-    "0xe20c": ("Arc", "B570"),
-}
+MODELS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "0x56a0": ("Arc", "A770"),
+        "0x56a1": ("Arc", "A750"),
+        "0x56a5": ("Arc", "A380"),
+        "0x56c0": ("Flex", "Flex 170"),
+        "0x56c1": ("Flex", "Flex 140"),
+        "0x0bd5": ("Max", "Max 1550"),
+        "0x0bda": ("Max", "Max 1100"),
+        "0xe20b": ("Arc", "B580"),
+        "0xe20c": ("Arc", "B570"),
+    }
+)
 """PCI device ID → (family, model) for the discrete cards whose names are certain; others get
 neither attribute rather than a guess (``pciId`` is always there to select on)."""
 
