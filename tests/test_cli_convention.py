@@ -15,6 +15,7 @@ from intel_device_plugins.plugins.dlb import cli as dlb_cli
 from intel_device_plugins.plugins.dsa import cli as dsa_cli
 from intel_device_plugins.plugins.fpga import cli as fpga_cli
 from intel_device_plugins.plugins.gpu import cli as gpu_cli
+from intel_device_plugins.plugins.gpu import dracli as gpu_dracli
 from intel_device_plugins.plugins.iaa import cli as iaa_cli
 from intel_device_plugins.plugins.npu import cli as npu_cli
 from intel_device_plugins.plugins.qat import cli as qat_cli
@@ -32,6 +33,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "intel-rmd-deviceplugin": cacheways.build_parser,
     "intel_device_plugins": combined.build_parser,
     "sgx_epchook": epchook.build_parser,
+    "intel_gpu_dra_driver": gpu_dracli.build_parser,
     **{
         f"intel_{kind}_device_plugin": module.build_parser
         for kind, module in (

@@ -7,24 +7,10 @@ from pathlib import Path
 
 import yaml
 
-from intel_device_plugins.dra.classes import DeviceClassSpec, device_class
+from intel_device_plugins.dra.classes import device_class
+from intel_device_plugins.plugins.gpu.dra import GPU_DEVICE_CLASSES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-
-# The GPU driver's classes as facts: all its devices, and one per kernel driver mapped to the extended
-# resource the device plugin advertises for it.
-GPU_DEVICE_CLASSES = (
-    DeviceClassSpec("gpu.intel.com", "gpu.intel.com"),
-    *(
-        DeviceClassSpec(
-            f"{driver}.gpu.intel.com",
-            "gpu.intel.com",
-            selector=f'device.attributes["gpu.intel.com"].driver == "{driver}"',
-            extended_resource_name=f"gpu.intel.com/{driver}",
-        )
-        for driver in ("i915", "xe")
-    ),
-)
 
 
 def test_gpu_device_classes_are_the_shared_builders() -> None:

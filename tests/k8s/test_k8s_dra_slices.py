@@ -32,6 +32,7 @@ from intel_device_plugins.dra.publisher import PublishStats, SlicePublisher
 from intel_device_plugins.plugins.dlb.dra import DlbDriverProfile
 from intel_device_plugins.plugins.fpga.discovery import Mode
 from intel_device_plugins.plugins.fpga.dra import FpgaDriverProfile
+from intel_device_plugins.plugins.gpu.dra import GpuDriverProfile
 from intel_device_plugins.plugins.idxd.discovery import DSA, IAA
 from intel_device_plugins.plugins.idxd.dra import WorkQueueDriverProfile
 from intel_device_plugins.plugins.npu.dra import NpuDriverProfile
@@ -293,6 +294,13 @@ KINDS: dict[str, Callable[[Path], DriverProfile]] = {
     "fpga-af": _on("[[fpga]]\ncount = 2\nports = 2\n", lambda r: FpgaDriverProfile(r, Mode.AF)),
     "fpga-region": _on("[[fpga]]\ncount = 2\nports = 1\n", lambda r: FpgaDriverProfile(r, Mode.REGION)),
     "qat": _qat,
+    "gpu": _on(
+        "[[gpu]]\ncount = 2\nmemory_bytes = 17179869184\ntotalvfs = 8\n"
+        "[[gpu]]\ndriver = 'xe'\ndevice_id = '0xe20b'\ntiles = 2\nmemory_bytes = 25769803776\nnuma_node = 1\n"
+        "[[gpu]]\nvfs = 2\n"
+        "[[gpu]]\ndevice_id = '0x4680'\n",
+        lambda r: GpuDriverProfile(prefix=r),
+    ),
 }
 
 

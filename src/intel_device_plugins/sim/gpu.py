@@ -3,7 +3,9 @@
 For card N: ``/sys/class/drm/cardN`` → ``/sys/devices/pci…/<bdf>/drm/cardN``, the PCI function with
 vendor, device, driver link, NUMA node and SR-IOV files, the DRM minors ``cardN`` and ``renderD<128+N>``
 under ``/dev/dri``, ``/dev/dri/by-path`` links and, optionally, MEI nodes. Tiles follow the driver:
-i915 has ``cardN/gt/gt<t>``, xe has ``<bdf>/tile<t>/gt<t>``.
+i915 has ``cardN/gt/gt<t>``, xe has ``<bdf>/tile<t>/gt<t>``. So does local memory: i915 tells the
+card's total in ``cardN/lmem_total_bytes``, xe each tile's share in
+``<bdf>/tile<t>/physical_vram_size_bytes``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ DEFAULTS: Mapping[str, Any] = {
     "tiles": 1,
     "memory_bytes": 0,
     "mei": False,
+    "totalvfs": 0,
 }
 
 
@@ -83,7 +86,14 @@ def add_card(
             tree.mkdir(f"{sysfs}/tile{tile}/gt{tile}")
         else:
             tree.mkdir(f"{sysfs}/drm/card{index}/gt/gt{tile}")
-    if memory_bytes:
+    if memory_bytes and driver == "xe":
+        # The kernel reports whole tiles; the last one takes what does not divide evenly.
+        count = max(tiles, 1)
+        share = memory_bytes // count
+        for tile in range(count):
+            size = share if tile < count - 1 else memory_bytes - share * (count - 1)
+            tree.write(f"{sysfs}/tile{tile}/physical_vram_size_bytes", f"{size}\n")
+    elif memory_bytes:
         tree.write(f"{sysfs}/drm/card{index}/lmem_total_bytes", f"{memory_bytes}\n")
     if physfn is not None:
         tree.link(f"{sysfs}/physfn", tree.sysfs_of(physfn))
@@ -143,12 +153,15 @@ def remove_card(tree: FakeTree, index: int) -> None:
 
 
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
-    """Build every ``[[gpu]]`` entry. ``vfs > 0`` makes each card an SR-IOV PF with that many VF cards."""
+    """Build every ``[[gpu]]`` entry. ``vfs > 0`` makes each card an SR-IOV PF with that many VF cards;
+    ``totalvfs`` makes it SR-IOV capable (``sriov_totalvfs``) with no VFs enabled yet."""
     for entry in entries:
         options = entry_options(entry, "gpu", DEFAULTS)
         driver, numa_node = str(options["driver"]), int(options["numa_node"])
         device_id, vendor = str(options["device_id"]), str(options["vendor"])
-        vfs = int(options["vfs"])
+        vfs, totalvfs = int(options["vfs"]), int(options["totalvfs"])
+        if totalvfs and totalvfs < vfs:
+            raise ValueError(f"gpu: totalvfs {totalvfs} is less than vfs {vfs}")
         for _ in range(int(options["count"])):
             card = add_card(
                 tree,
@@ -162,8 +175,8 @@ def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
             )
             sysfs = tree.sysfs_of(card.address)
             tree.write(f"{sysfs}/sriov_numvfs", f"{vfs}\n")
-            if vfs:
-                tree.write(f"{sysfs}/sriov_totalvfs", f"{max(vfs, 7)}\n")
+            if vfs or totalvfs:
+                tree.write(f"{sysfs}/sriov_totalvfs", f"{totalvfs or max(vfs, 7)}\n")
             for _vf in range(vfs):
                 add_card(
                     tree,

@@ -7,6 +7,11 @@ are gone), and the reason is returned as a problem line naming the card.
 Nothing is guessed: a card whose SR-IOV state or driver cannot be read (a file that is not a file,
 a link being re-created while the card is re-bound) is left out of that scan and reported, and a
 resource name is only ever one of the drivers this plugin knows.
+
+:func:`scan_cards` is the one scan; it returns each usable card with what both the device plugin
+(:func:`scan_gpus`, the ``gpu.intel.com`` resource tree) and the DRA driver
+(:mod:`intel_device_plugins.plugins.gpu.dra`) need: its PCI function's place in sysfs, device ID,
+driver, NUMA node(s), SR-IOV role and, where sysfs tells it, local memory.
 """
 
 from __future__ import annotations
@@ -45,6 +50,20 @@ MONITORING_ID = "all"
 
 CARD_NAME = re.compile(r"^card[0-9]+$")
 CONTROL_NODE = re.compile(r"^controlD[0-9]+$")
+TILE_DIR = re.compile(r"^tile[0-9]+$")
+MAX_MEMORY_BYTES = 1 << 50
+"""A local memory size above 1 PiB is garbage, not a GPU."""
+
+
+class SriovRole(StrEnum):
+    """A card's place in SR-IOV: a physical function that can have VFs, a VF, or neither.
+
+    A PF with VFs enabled is never a usable card (its VFs are), so a scan returns no card with VFs.
+    """
+
+    PF = "pf"
+    VF = "vf"
+    NONE = "none"
 
 
 class ByPath(StrEnum):
@@ -71,11 +90,33 @@ class GpuOptions:
 
 
 @dataclass(frozen=True)
-class _Card:
+class GpuCard:
+    """One usable card as a scan found it.
+
+    ``info`` is what the device plugin serves (health, device nodes, mounts, CDI edits);
+    ``health_message`` says why a card is unhealthy (empty when healthy). ``sysfs_dir`` is the PCI
+    function's resolved directory, which tells its bus ID and root complex. ``device_id`` is
+    ``None`` when sysfs does not tell it; ``memory_bytes`` is ``None`` for a card without local
+    memory (integrated) or whose size cannot be read.
+    """
+
     name: str
     driver: str
     info: DeviceInfo
-    monitoring_nodes: tuple[DeviceNode, ...]
+    monitoring_nodes: tuple[DeviceNode, ...] = ()
+    health_message: str = ""
+    sysfs_dir: str = ""
+    device_id: str | None = None
+    sriov: SriovRole = SriovRole.NONE
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CardScan:
+    """Every usable card in card-number order, and the problems met on the way (one line each)."""
+
+    cards: tuple[GpuCard, ...]
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,6 +192,16 @@ class CardFacts:
     numa: tuple[int, ...]
     numa_problem: str
     mei_names: tuple[str, ...]
+    resolved: str = ""
+    """The PCI function's directory with every link resolved (``/sys/devices/pci…/<bdf>``)."""
+    is_vf: bool = False
+    sriov_capable: bool = False
+
+
+def _sriov_capable(device_dir: str) -> bool:
+    """The function can have VFs (``sriov_totalvfs`` above zero), whether or not any are enabled."""
+    total = read_first_line(os.path.join(device_dir, "sriov_totalvfs"))
+    return total is not None and total.isdigit() and int(total) > 0
 
 
 def read_card_facts(device_dir: str, pci_dir: str, sys_devices: str) -> CardFacts | str:
@@ -175,6 +226,9 @@ def read_card_facts(device_dir: str, pci_dir: str, sys_devices: str) -> CardFact
         numa=numa,
         numa_problem=numa_problem,
         mei_names=_mei_names(pci_dir),
+        resolved=os.path.realpath(pci_dir),
+        is_vf=os.path.islink(os.path.join(device_dir, "physfn")),
+        sriov_capable=_sriov_capable(device_dir),
     )
 
 
@@ -226,9 +280,56 @@ def card_driver(device_dir: str) -> str | tuple[str]:
     return driver
 
 
+def _parse_memory(path: str) -> int | str | None:
+    """A size in bytes from one sysfs file: ``None`` when absent, a reason when unusable."""
+    try:
+        text = read_attribute(path).strip()
+    except UnreadableAttribute as error:
+        return None if missing(error) else f"cannot read {error}"
+    try:
+        value = int(text, 0)
+    except ValueError:
+        return f"{path} holds {text[:40]!r}, not a size in bytes"
+    if not 0 <= value <= MAX_MEMORY_BYTES:
+        return f"{path} holds {value}, not a plausible size in bytes"
+    return value
+
+
+def card_memory(card_dir: str, pci_dir: str, driver: str) -> int | str | None:
+    """The card's local memory in bytes, as its driver tells it; ``None`` when it has none.
+
+    i915 has ``card<N>/lmem_total_bytes`` for the whole card. xe has
+    ``<pci function>/tile<T>/physical_vram_size_bytes`` per tile; the card's memory is their sum.
+    A file that exists but cannot be used is a reason (``str``), never a guess.
+    """
+    if driver == "i915":
+        size = _parse_memory(os.path.join(card_dir, "lmem_total_bytes"))
+        return size if isinstance(size, str) else (size or None)
+    total = 0
+    for entry in list_dir(pci_dir) or ():
+        if not TILE_DIR.match(entry):
+            continue
+        size = _parse_memory(os.path.join(pci_dir, entry, "physical_vram_size_bytes"))
+        if isinstance(size, str):
+            return size
+        total += size or 0
+    return total or None
+
+
+def _sriov_role(facts: CardFacts) -> SriovRole:
+    if facts.is_vf:
+        return SriovRole.VF
+    return SriovRole.PF if facts.sriov_capable else SriovRole.NONE
+
+
 def _inspect_card(
-    view: _NodeView, name: str, options: GpuOptions, cache: CardFactsCache, problems: list[str]
-) -> _Card | None:
+    view: _NodeView,
+    name: str,
+    options: GpuOptions,
+    cache: CardFactsCache,
+    problems: list[str],
+    with_memory: bool,
+) -> GpuCard | None:
     device_dir = os.path.join(view.drm_dir, name, "device")
     pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
     facts = cache.get(device_dir, pci_dir, view.sys_devices)
@@ -264,20 +365,24 @@ def _inspect_card(
     paths = [os.path.join(view.dri_dir, entry) for entry in present]
     nodes = tuple(DeviceNode(path, path, "rw") for path in paths)
     health = Health.HEALTHY
+    health_message = ""
     if not present:
         if not expected:
             return None
-        problems.append(
-            f"GPU {name}: none of its device nodes {expected} exist in {view.dri_dir}; reported Unhealthy"
-        )
-        health = Health.UNHEALTHY
+        health_message = f"none of its device nodes {expected} exist in {view.dri_dir}"
     elif len(present) < len(expected):
-        missing = sorted(set(expected) - set(present))
-        problems.append(f"GPU {name}: device nodes {missing} missing in {view.dri_dir}; reported Unhealthy")
+        missing_nodes = sorted(set(expected) - set(present))
+        health_message = f"device nodes {missing_nodes} missing in {view.dri_dir}"
+    if health_message:
+        problems.append(f"GPU {name}: {health_message}; reported Unhealthy")
         health = Health.UNHEALTHY
 
     if facts.numa_problem:
         problems.append(f"GPU {name}: {facts.numa_problem}")
+    memory = card_memory(os.path.join(view.drm_dir, name), pci_dir, driver) if with_memory else None
+    if isinstance(memory, str):
+        problems.append(f"GPU {name}: {memory}; no memory size reported")
+        memory = None
     mounts = _by_path_mounts(view, options.by_path, pci_dir)
     info = DeviceInfo(
         health=health,
@@ -290,34 +395,57 @@ def _inspect_card(
     if options.enable_monitoring:
         mei = (os.path.join(view.dev_dir, mei_name) for mei_name in facts.mei_names)
         monitoring = nodes + tuple(DeviceNode(path, path, "rw") for path in mei)
-    return _Card(name, driver, info, monitoring)
+    return GpuCard(
+        name=name,
+        driver=driver,
+        info=info,
+        monitoring_nodes=monitoring,
+        health_message=health_message,
+        sysfs_dir=facts.resolved,
+        device_id=facts.device_id,
+        sriov=_sriov_role(facts),
+        memory_bytes=memory,
+    )
 
 
 def _card_number(name: str) -> int:
     return int(name[4:])
 
 
-def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = None) -> Discovery:
-    """The complete GPU device tree of the node under ``prefix``, with the problems found.
+def scan_cards(
+    prefix: str, options: GpuOptions, cache: CardFactsCache | None = None, *, with_memory: bool = False
+) -> CardScan | str:
+    """Every usable Intel GPU of the node under ``prefix``, or why the cards cannot be listed.
 
     ``cache`` carries the cards' static facts from one scan to the next; without it every fact
-    is read afresh. Either way the result is the same.
+    is read afresh. Either way the result is the same. Local memory is read only ``with_memory``
+    (the device plugin has no use for it, so its scans neither read nor report it).
     """
     problems: list[str] = []
     view = _node_view(prefix)
     cache = cache if cache is not None else CardFactsCache()
     entries = list_dir(view.drm_dir)
     if entries is None:
-        return Discovery({}, (f"cannot read {view.drm_dir}; no GPUs advertised",))
+        return f"cannot read {view.drm_dir}"
+    cards: list[GpuCard] = []
+    for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
+        card = _inspect_card(view, name, options, cache, problems, with_memory)
+        if card is not None:
+            cards.append(card)
+    return CardScan(tuple(cards), tuple(problems))
+
+
+def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = None) -> Discovery:
+    """The complete GPU device tree of the node under ``prefix``, with the problems found."""
+    scan = scan_cards(prefix, options, cache)
+    if isinstance(scan, str):
+        return Discovery({}, (f"{scan}; no GPUs advertised",))
     tree: dict[str, dict[str, DeviceInfo]] = {}
     monitoring: dict[str, list[DeviceNode]] = {}
-    for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
-        card = _inspect_card(view, name, options, cache, problems)
-        if card is None:
-            continue
+    for card in scan.cards:
         devices = tree.setdefault(card.driver, {})
         for index in range(options.shared_dev_num):
-            devices[f"{name}-{index}"] = card.info
+            devices[f"{card.name}-{index}"] = card.info
         if options.enable_monitoring:
             resource = (
                 "monitoring"
@@ -327,4 +455,4 @@ def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = N
             monitoring.setdefault(resource, []).extend(card.monitoring_nodes)
     for resource, nodes in monitoring.items():
         tree[resource] = {MONITORING_ID: DeviceInfo(health=Health.HEALTHY, nodes=tuple(nodes))}
-    return Discovery(tree, tuple(problems))
+    return Discovery(tree, scan.problems)

@@ -1,0 +1,177 @@
+"""The command-line contract every DRA driver binary shares.
+
+The flags keep the spelling of Kubernetes' Go DRA drivers (``-node-name``, ``-cdi-root``,
+``-kubelet-registrar-directory-path``, ``-kubelet-plugins-directory-path``, ``-kubeconfig``) and
+take one or two dashes, as every binary of this project does; ``-prefix``, ``-scan-interval`` and
+``-uevent-dir`` are the device plugins' (simulated nodes, polling). ``-node-name`` and ``-pod-uid``
+default to ``NODE_NAME`` and ``POD_UID`` from the environment, where the DaemonSet puts them with
+the downward API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ConfigError
+
+from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
+from intel_device_plugins.dra.driver import (
+    DEFAULT_EVENT_RESCAN_INTERVAL,
+    DEFAULT_POLL_INTERVAL,
+    DriverConfig,
+    serve_driver,
+)
+from intel_device_plugins.dra.profile import DriverProfile
+from intel_device_plugins.dra.registration import UNIX_PATH_MAX, SocketPaths
+from intel_device_plugins.flags import GoFlagParser, positive_float
+from intel_device_plugins.logconfig import DEBUG_FROM, add_verbosity_flag, configure_logging
+
+DEFAULT_CDI_ROOT = "/var/run/cdi"
+DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+NODE_NAME_ENV = "NODE_NAME"
+POD_UID_ENV = "POD_UID"
+
+NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""A Node's name is a DNS subdomain (at most 253 characters)."""
+MAX_NODE_NAME = 253
+
+log = logging.getLogger(__name__)
+
+
+def new_driver_parser(
+    program: str, description: str, environ: Mapping[str, str] | None = None
+) -> GoFlagParser:
+    """A parser carrying the flags every DRA driver has; ``environ`` gives the flags' defaults."""
+    env = os.environ if environ is None else environ
+    parser = GoFlagParser(prog=program, description=description)
+    parser.add_flag(
+        "node-name",
+        default=env.get(NODE_NAME_ENV, ""),
+        help=f"the node this driver runs on (default: ${NODE_NAME_ENV}); names the pool and owns the slices",
+    )
+    parser.add_flag(
+        "cdi-root", default=DEFAULT_CDI_ROOT, help="where the per-claim CDI spec files are written"
+    )
+    parser.add_flag(
+        "kubelet-registrar-directory-path",
+        default=DEFAULT_REGISTRAR_DIR,
+        help="the kubelet's plugin registration directory",
+    )
+    parser.add_flag(
+        "kubelet-plugins-directory-path",
+        default=DEFAULT_PLUGINS_DIR,
+        help="where the driver's DRA socket and checkpoint live (in <dir>/<driver name>/)",
+    )
+    parser.add_flag("kubeconfig", default="", help="kubeconfig file (default: the pod's service account)")
+    parser.add_flag(
+        "pod-uid",
+        default=env.get(POD_UID_ENV, ""),
+        help=f"this instance's pod UID (default: ${POD_UID_ENV}); socket names carry it, so an update"
+        " can start the new driver beside the old one",
+    )
+    parser.add_flag("prefix", default="", help="path prefix for /sys and /dev; kept in reported paths")
+    parser.add_flag(
+        "scan-interval",
+        type=positive_float,
+        default=None,
+        help=f"seconds between device scans (default: {DEFAULT_POLL_INTERVAL:g} while a watched directory"
+        f" cannot be watched, else {DEFAULT_EVENT_RESCAN_INTERVAL:g})",
+    )
+    parser.add_flag(
+        "uevent-dir",
+        default=None,
+        help="simulated nodes: take uevents from datagram sockets in this directory, not the kernel",
+    )
+    add_verbosity_flag(parser)
+    return parser
+
+
+def driver_config(args: argparse.Namespace) -> DriverConfig:
+    """The driver's settings from the shared flags; ``ValueError`` names the flag that is wrong."""
+    node = args.node_name
+    if not node:
+        raise ValueError(f"-node-name is required (or set {NODE_NAME_ENV})")
+    if len(node) > MAX_NODE_NAME or not NODE_NAME.match(node):
+        raise ValueError(f"-node-name {node[:80]!r} is not a node name (a lower-case DNS subdomain)")
+    for flag in ("cdi_root", "kubelet_registrar_directory_path", "kubelet_plugins_directory_path"):
+        if not getattr(args, flag):
+            raise ValueError(f"-{flag.replace('_', '-')} must not be empty")
+    explicit = args.scan_interval
+    return DriverConfig(
+        node_name=node,
+        cdi_root=Path(args.cdi_root),
+        registrar_dir=Path(args.kubelet_registrar_directory_path),
+        plugins_dir=Path(args.kubelet_plugins_directory_path),
+        instance_uid=args.pod_uid,
+        poll_interval=explicit or DEFAULT_POLL_INTERVAL,
+        event_rescan_interval=explicit or DEFAULT_EVENT_RESCAN_INTERVAL,
+        uevent_dir=Path(args.uevent_dir) if args.uevent_dir else None,
+    )
+
+
+def check_socket_paths(paths: SocketPaths) -> None:
+    """Both sockets must fit a socket address (107 bytes and the terminating NUL), or binding fails."""
+    for path, flag in (
+        (paths.registrar, "-kubelet-registrar-directory-path"),
+        (paths.plugin, "-kubelet-plugins-directory-path"),
+    ):
+        if len(os.fsencode(path)) >= UNIX_PATH_MAX:
+            raise ValueError(f"{flag}: socket {path} is longer than {UNIX_PATH_MAX - 1} bytes")
+
+
+def load_kube_config(kubeconfig: str) -> KubeConfig:
+    """``-kubeconfig``'s file, or the pod's service account; ``ValueError`` says which failed."""
+    try:
+        if kubeconfig:
+            return KubeConfig.from_file(kubeconfig)
+        return KubeConfig.from_service_account()
+    except (OSError, ConfigError, ValueError) as error:
+        where = f"-kubeconfig {kubeconfig}" if kubeconfig else "no -kubeconfig and no service account"
+        raise ValueError(f"{where}: {error}") from error
+
+
+async def _serve(profile: DriverProfile, config: DriverConfig, kube_config: KubeConfig) -> None:
+    client = AsyncClient(config=kube_config, field_manager=profile.driver_name, trust_env=False)
+    try:
+        await serve_driver(profile, config, client)
+    finally:
+        await client.close()
+
+
+def run_driver_command(
+    parser: GoFlagParser,
+    build_profile: Callable[[argparse.Namespace], DriverProfile],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse, check and build everything, then run the driver until signalled; the body of every
+    DRA driver's ``main``. Anything wrong before the start is reported like a bad flag (exit code 2)."""
+    args = parser.parse_args(argv)
+    configure_logging(args.verbosity)
+    try:
+        config = driver_config(args)
+        profile = build_profile(args)
+        check_socket_paths(
+            SocketPaths.for_instance(
+                config.registrar_dir, config.plugins_dir, profile.driver_name, config.instance_uid
+            )
+        )
+        kube_config = load_kube_config(args.kubeconfig)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        asyncio.run(_serve(profile, config, kube_config))
+    except Exception as error:  # a server that cannot start (a socket in use): one line, not a trace
+        log.error("%s cannot run: %s", profile.driver_name, error, exc_info=args.verbosity >= DEBUG_FROM)
+        exit_leaving_stuck_threads(1)
+        return 1
+    exit_leaving_stuck_threads(0)
+    return 0

@@ -1,0 +1,432 @@
+"""The DRA driver's runtime shell: scan, publish, serve the kubelet, and shut down cleanly.
+
+One :class:`DraDriver` runs one profile. It scans on a worker thread (a sysfs read that blocks must
+not stop the gRPC servers), as the device plugin framework does: at once when a directory the profile
+watches changes or the kernel announces a device event of its subsystems, otherwise periodically as a
+safety net (every ``event_rescan_interval`` while inotify covers every watched directory, every
+``poll_interval`` when it cannot). A changed inventory goes to the kubelet side at once (health on
+open ``NodeWatchResources`` streams; prepare reads the latest inventory) and to the slice publisher
+from a task of its own, so an API server that does not answer never holds up scanning or the kubelet.
+
+Start: one scan (waited for up to the scan deadline), then the kubelet side (DRA service, then
+registration), then publishing. A scan that fails or hangs keeps the previous inventory in place.
+Stop (``stop`` set, e.g. by SIGTERM): the kubelet side first, so the kubelet stops calling and our
+sockets are gone, then the slices are withdrawn (bounded by ``withdraw_timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from lightkube import AsyncClient
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries
+from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryWatcher
+from intel_device_plugins.deviceplugin.model import Health
+from intel_device_plugins.deviceplugin.scanworker import ScanWorker
+from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
+from intel_device_plugins.dra.checkpoint import Checkpoint
+from intel_device_plugins.dra.kubeletservice import KubeletService
+from intel_device_plugins.dra.model import Inventory
+from intel_device_plugins.dra.profile import DriverProfile
+from intel_device_plugins.dra.publisher import SlicePublisher
+from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_INTERVAL = 1.0
+"""Seconds between scans while some watched directory cannot be watched."""
+DEFAULT_EVENT_RESCAN_INTERVAL = 60.0
+"""Seconds between safety scans while inotify and uevents announce every change."""
+DEFAULT_SCAN_DEADLINE = 10.0
+DEFAULT_WITHDRAW_TIMEOUT = 10.0
+HOTPLUG_SETTLE_SECONDS = 0.02
+"""A hot-plug creates several files in a burst; one scan after it covers the lot."""
+MAX_PUBLISH_RETRY_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """Where the driver meets the kubelet and the container runtime, and how often it scans."""
+
+    node_name: str
+    cdi_root: Path
+    registrar_dir: Path
+    plugins_dir: Path
+    instance_uid: str = ""
+    """Makes socket names unique per instance, so an update can run the new driver beside the old."""
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    event_rescan_interval: float = DEFAULT_EVENT_RESCAN_INTERVAL
+    scan_deadline: float = DEFAULT_SCAN_DEADLINE
+    withdraw_timeout: float = DEFAULT_WITHDRAW_TIMEOUT
+    uevent_dir: Path | None = None
+    """Simulated nodes: uevents from datagram sockets in this directory instead of the kernel."""
+
+
+class SlicePublishing(Protocol):
+    """What the driver needs of :class:`intel_device_plugins.dra.publisher.SlicePublisher`."""
+
+    async def publish(self, inventory: Inventory) -> object: ...
+
+    async def run(self) -> None: ...
+
+    async def withdraw(self) -> None: ...
+
+
+class KubeletSide(Protocol):
+    """The kubelet-facing servers (DRA service, health stream, registration) of one driver."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def inventory_changed(self, inventory: Inventory) -> None: ...
+
+
+@dataclass(frozen=True)
+class DriverParts:
+    publisher: SlicePublishing
+    kubelet: KubeletSide
+
+
+PartsFactory = Callable[[Callable[[], Inventory]], DriverParts]
+"""Builds the publisher and the kubelet side, given how to read the driver's latest inventory."""
+
+
+def same_devices(old: Inventory | None, new: Inventory) -> bool:
+    """Whether publishing ``new`` would change nothing (problems are logged, never published)."""
+    return old is not None and old.devices == new.devices and old.counter_sets == new.counter_sets
+
+
+class DraDriver:
+    """Runs one driver profile until ``stop`` is set."""
+
+    def __init__(
+        self,
+        profile: DriverProfile,
+        config: DriverConfig,
+        build_parts: PartsFactory,
+        uevents: UeventHub | None = None,
+    ) -> None:
+        self.profile = profile
+        self.config = config
+        self._build_parts = build_parts
+        self._uevents = uevents
+        self._inventory: Inventory | None = None
+        self._rescan = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._watcher = DirectoryWatcher(self._on_directory_event)
+        self._worker: ScanWorker[Inventory] = ScanWorker(profile.scan, profile.driver_name)
+        self._stuck_since: float | None = None
+        self._last_error = ""
+        self.scans = 0
+        """Scans started (observability and tests)."""
+        self.parts: DriverParts | None = None
+
+    @property
+    def inventory(self) -> Inventory:
+        """The latest inventory a scan returned; empty before the first one."""
+        return self._inventory if self._inventory is not None else Inventory()
+
+    # ----- events --------------------------------------------------------------------------------
+
+    def _on_directory_event(self, event: DirectoryEvent) -> None:
+        self._rescan.set()
+
+    def _on_uevent(self, event: Uevent | None) -> None:
+        self._rescan.set()
+
+    def _ensure_watches(self) -> None:
+        """(Re-)add watches: a directory that appears later (a driver loaded) is picked up."""
+        if self._watcher.active:
+            for directory in self.profile.watch_paths():
+                if not self._watcher.watching(directory):
+                    self._watcher.watch(directory)
+
+    def rescan_interval(self) -> float:
+        """Seconds until the next scan when no event arrives."""
+        watched = self._watcher.active and all(
+            self._watcher.watching(directory) for directory in self.profile.watch_paths()
+        )
+        return self.config.event_rescan_interval if watched else self.config.poll_interval
+
+    # ----- scanning ------------------------------------------------------------------------------
+
+    async def scan_once(self, stop: asyncio.Event) -> Inventory | None:
+        """One scan on the worker thread, waited for until the deadline (or ``stop``).
+
+        ``None`` when it failed, missed the deadline or ``stop`` was set; a scan that misses the
+        deadline keeps running and the next call waits for it rather than starting another.
+        """
+        if not self._worker.busy:
+            self.scans += 1
+        future = self._worker.request()
+        deadline = self.config.scan_deadline if self._stuck_since is None else self.rescan_interval()
+        await _wait_any(stop, future, timeout=deadline)
+        if not future.done():
+            if self._stuck_since is None and not stop.is_set():
+                self._stuck_since = time.monotonic()
+                log.error(
+                    "%s: scan has not returned after %.1f s; it is stuck %s. Keeping the previous"
+                    " devices; no new scan starts until this one returns",
+                    self.profile.driver_name,
+                    self.config.scan_deadline,
+                    self._worker.whereabouts(),
+                )
+            return None
+        if self._stuck_since is not None:
+            log.warning("%s: the stuck scan returned; scanning again", self.profile.driver_name)
+            self._stuck_since = None
+            self._rescan.set()  # what it read may be long out of date
+            return None
+        error = future.exception()
+        if error is not None:
+            message = f"{self.profile.driver_name}: scan failed: {error!r}"
+            if message != self._last_error:
+                log.error("%s; keeping the previous devices", message, exc_info=error)
+                self._last_error = message
+            return None
+        self._last_error = ""
+        return future.result()
+
+    def apply(self, inventory: Inventory) -> bool:
+        """Take a scan's inventory; ``True`` when its devices changed (then health and slices follow)."""
+        if same_devices(self._inventory, inventory):
+            return False
+        first = self._inventory is None
+        self._inventory = inventory
+        log.info(
+            "%s: %s %d devices (%d unhealthy)",
+            self.profile.driver_name,
+            "found" if first else "devices changed, now",
+            len(inventory.devices),
+            sum(1 for device in inventory.devices if device.health is not Health.HEALTHY),
+        )
+        if self.parts is not None:
+            self.parts.kubelet.inventory_changed(inventory)
+        self._dirty.set()
+        return True
+
+    # ----- publishing ----------------------------------------------------------------------------
+
+    async def _publish_loop(self, publisher: SlicePublishing) -> None:
+        """Publish the latest inventory whenever it changed; on an API error, retry with back-off.
+
+        A refused inventory (``SliceError``, a ``ValueError``) is not retried: the next scan that
+        changes the devices is.
+        """
+        failures = 0
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            inventory = self._inventory
+            if inventory is None:
+                continue
+            try:
+                await publisher.publish(inventory)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except ValueError as error:
+                log.error("%s: devices not published: %s", self.profile.driver_name, error)
+            except Exception as error:
+                failures += 1
+                delay = min(MAX_PUBLISH_RETRY_SECONDS, 0.5 * 2 ** min(failures, 10))
+                log.warning(
+                    "%s: publishing ResourceSlices failed: %s; retrying in %.1f s",
+                    self.profile.driver_name,
+                    error,
+                    delay,
+                )
+                # A newer inventory does not cut the back-off short: the API is what failed.
+                await asyncio.sleep(delay)
+                self._dirty.set()
+
+    # ----- running -------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Scan, serve and publish until ``stop`` is set; then unregister and withdraw the slices."""
+        remove_stale_cdi_temporaries(self.config.cdi_root)
+        if not self._watcher.start():
+            log.info("no inotify: scanning every %.1f s", self.config.poll_interval)
+        subsystems = frozenset(self.profile.uevent_subsystems())
+        unsubscribe = None
+        if self._uevents is not None and subsystems:
+            unsubscribe = self._uevents.subscribe(subsystems, self._on_uevent)
+        tasks: list[asyncio.Task[None]] = []
+        started = False
+        try:
+            self._ensure_watches()
+            first = await self.scan_once(stop)
+            if first is not None:
+                self.apply(first)
+            if stop.is_set():
+                return
+            self.parts = self._build_parts(lambda: self.inventory)
+            await self.parts.kubelet.start()
+            started = True
+            tasks = [
+                asyncio.create_task(self._publish_loop(self.parts.publisher), name="publish slices"),
+                asyncio.create_task(_logged(self.parts.publisher.run(), "follow slices"), name="follow"),
+            ]
+            if self._inventory is not None:
+                self._dirty.set()
+            await self._scan_loop(stop)
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+            self._watcher.close()
+            self._worker.close()
+            await self._shut_down(tasks, started)
+
+    async def _scan_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if not self._worker.busy:  # stuck: wait for that scan (in scan_once) rather than the timer
+                await _wait_any(stop, self._rescan, timeout=self.rescan_interval())
+                if stop.is_set():
+                    return
+                if self._rescan.is_set():
+                    await asyncio.sleep(HOTPLUG_SETTLE_SECONDS)
+            self._rescan.clear()
+            self._ensure_watches()
+            inventory = await self.scan_once(stop)
+            if inventory is not None:
+                self.apply(inventory)
+
+    async def _shut_down(self, tasks: list[asyncio.Task[None]], started: bool) -> None:
+        """Unregister, stop publishing, withdraw. A driver that never started its servers published
+        nothing, so it leaves the slices alone (they may be a running instance's)."""
+        parts = self.parts
+        if parts is None or not started:
+            return
+        try:
+            await parts.kubelet.stop()
+        except Exception:
+            log.exception("%s: stopping the kubelet servers failed", self.profile.driver_name)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await asyncio.wait_for(parts.publisher.withdraw(), self.config.withdraw_timeout)
+            log.info(
+                "%s: ResourceSlices of node %s withdrawn", self.profile.driver_name, self.config.node_name
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # includes the timeout: the garbage collector removes them with the node
+            log.warning(
+                "%s: could not withdraw the ResourceSlices of node %s: %r",
+                self.profile.driver_name,
+                self.config.node_name,
+                error,
+            )
+
+
+async def _logged(work: Awaitable[None], what: str) -> None:
+    """Run a background coroutine; an error ends it with a log line rather than silently."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s failed", what)
+
+
+async def _wait_any(*awaitables: asyncio.Event | Awaitable[object], timeout: float) -> None:
+    """Wait until one event is set or one future is done, or ``timeout`` passes. Cancels nothing given."""
+    waiters: list[asyncio.Future[object]] = []
+    owned: list[asyncio.Future[object]] = []
+    for item in awaitables:
+        if isinstance(item, asyncio.Event):
+            waiter: asyncio.Future[object] = asyncio.ensure_future(item.wait())
+            owned.append(waiter)
+        else:
+            waiter = asyncio.ensure_future(item)
+        waiters.append(waiter)
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in owned:
+            waiter.cancel()
+
+
+# ----- the real parts ----------------------------------------------------------------------------
+
+
+class KubeletEndpoint:
+    """The kubelet service and its two sockets (DRA service, then registration) as one part."""
+
+    def __init__(self, service: KubeletService, sockets: DriverSockets) -> None:
+        self.service = service
+        self.sockets = sockets
+
+    async def start(self) -> None:
+        await self.sockets.start()
+        log.info(
+            "%s: serving %s, registered through %s",
+            self.service.driver,
+            self.sockets.paths.plugin,
+            self.sockets.paths.registrar,
+        )
+
+    async def stop(self) -> None:
+        await self.sockets.stop()
+
+    def inventory_changed(self, inventory: Inventory) -> None:
+        self.service.inventory_changed(inventory)
+
+
+def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> PartsFactory:
+    """The production parts: a :class:`SlicePublisher` and the kubelet service with its sockets.
+
+    Socket paths are checked here, before anything starts (``RegistrationError`` names the value).
+    """
+    driver = profile.driver_name
+    paths = SocketPaths.for_instance(config.registrar_dir, config.plugins_dir, driver, config.instance_uid)
+
+    async def get_claim(namespace: str, name: str) -> Mapping[str, Any]:
+        claim = await client.get(ResourceClaim, name, namespace=namespace)
+        return claim.to_dict()
+
+    def build(inventory: Callable[[], Inventory]) -> DriverParts:
+        service = KubeletService(
+            profile,
+            inventory,
+            get_claim,
+            config.node_name,
+            Checkpoint.for_driver(config.plugins_dir, driver),
+            config.cdi_root,
+        )
+        return DriverParts(
+            publisher=SlicePublisher(client, driver, config.node_name),
+            kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.add_to_server)),
+        )
+
+    return build
+
+
+async def serve_driver(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> None:
+    """Run the driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
+    build = api_parts(profile, config, client)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    hub = UeventHub.for_directory(config.uevent_dir) if profile.uevent_subsystems() else None
+    if hub is not None and not hub.start():
+        log.info("%s: no kernel device events; scans follow inotify and the timer", profile.driver_name)
+    try:
+        await DraDriver(profile, config, build, hub).run(stop)
+    finally:
+        if hub is not None:
+            hub.close()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
