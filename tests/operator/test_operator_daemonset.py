@@ -522,6 +522,10 @@ def test_dra_driver_flags_name_the_directories_it_mounts() -> None:
     for name in ("-cdi-root", "-kubelet-registrar-directory-path", "-kubelet-plugins-directory-path"):
         assert flags[name] in mounts and not mounts[flags[name]].get("readOnly"), name
     assert {p for p, m in mounts.items() if m.get("readOnly")} == {"/sys", "/dev"}
+    # runc creates the kubelet's termination-log file where the pod says (default /dev/termination-log);
+    # below a read-only host mount it cannot, and the container never starts.
+    log = c.get("terminationMessagePath", "/dev/termination-log")
+    assert not any(log.startswith(f"{p}/") for p, m in mounts.items() if m.get("readOnly")), log
     sc = c["securityContext"]
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
     assert "privileged" not in sc and sc["readOnlyRootFilesystem"] is True

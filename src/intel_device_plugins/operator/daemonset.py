@@ -116,6 +116,9 @@ def dra_container(spec: AnySpec) -> JSON:
         "command": [images.dra_driver_command(kind)],
         "args": dra_args(spec),
         "env": [node_name_env()],
+        # The host's /dev is mounted read-only over the container's: the kubelet's default
+        # /dev/termination-log could not be created there and the container would never start.
+        "terminationMessagePath": "/tmp/termination-log",
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
