@@ -145,7 +145,7 @@ class ClaimRun:
 
     @property
     def dri(self) -> set[str]:
-        return {line.split()[1] for line in self.log.splitlines() if line.startswith("dri ")}
+        return dri_lines(self.log)
 
 
 _SUFFIXES = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9}
@@ -157,6 +157,17 @@ def quantity(text: str) -> int:
         if text.endswith(suffix):
             return int(text.removesuffix(suffix)) * factor
     return int(text)
+
+
+def dri_lines(log: str) -> set[str]:
+    """The device nodes a pod's :data:`LIST_DRI` printed."""
+    return {line.split()[1] for line in log.splitlines() if line.startswith("dri ")}
+
+
+def pod_dri(node: RealNode, name: str) -> set[str]:
+    """What a running pod's :data:`LIST_DRI` printed, once its log has it."""
+    wait_for(f"pod {name}'s device list", lambda: "dri " in pod_log(node, "default", name), timeout=30)
+    return dri_lines(pod_log(node, "default", name))
 
 
 def _templates(*templates: JSON) -> list[JSON]:
@@ -272,15 +283,7 @@ def test_claim_gets_exactly_its_card_through_cdi(driver: DraDriver, client: Kube
             assert uid in checkpoint_claims(node.layout.plugins_dir, DRIVER), (
                 "claim missing from the checkpoint"
             )
-            wait_for(
-                "the pod's device list", lambda: "dri " in pod_log(node, "default", "one-gpu"), timeout=30
-            )
-            seen = {
-                line.split()[1]
-                for line in pod_log(node, "default", "one-gpu").splitlines()
-                if line.startswith("dri ")
-            }
-            assert seen == drm_nodes(node.sys_dir, card), f"/dev/dri in the pod for {card}"
+            assert pod_dri(node, "one-gpu") == drm_nodes(node.layout, card), f"/dev/dri in the pod for {card}"
         finally:
             _delete_pod_and_claim(client, node, "one-gpu", claim)
 
@@ -308,7 +311,7 @@ def test_cel_selector_picks_the_right_card(driver: DraDriver, client: KubeClient
     assert run.pod["status"]["phase"] == "Succeeded", run.log
     (card,) = run.cards
     assert card in expected, f"{selectors} allocated {card}, expected one of {sorted(expected)}"
-    assert run.dri == drm_nodes(driver.node.sys_dir, card), f"/dev/dri in the pod for {card}"
+    assert run.dri == drm_nodes(driver.node.layout, card), f"/dev/dri in the pod for {card}"
 
 
 # ----- 2. sharing one card by capacity -----------------------------------------------------------
@@ -335,9 +338,9 @@ def test_two_pods_share_a_card_by_memory_and_a_third_waits(driver: DraDriver, cl
             share_ids = {r.get("shareID") for r in results}
             assert len(share_ids) == 2 and None not in share_ids, f"shareIDs {share_ids}"
             for name in ("share-a", "share-b"):
-                log = pod_log(driver.node, "default", name)
-                seen = {line.split()[1] for line in log.splitlines() if line.startswith("dri ")}
-                assert seen == drm_nodes(driver.node.sys_dir, "card3"), f"/dev/dri in {name}"
+                assert pod_dri(driver.node, name) == drm_nodes(driver.node.layout, "card3"), (
+                    f"/dev/dri in {name}"
+                )
 
             client.create(PODS, _pod("share-c", "xe-6g", f"{LIST_DRI}; sleep 3600"))
             message = unschedulable_message(client, "share-c")
@@ -399,11 +402,7 @@ def test_pod_asking_for_the_extended_resource_runs_on_the_dra_node(
             result,
             published,
         )
-        wait_for("the pod's device list", lambda: "dri " in pod_log(node, "default", "ext-i915"), timeout=30)
-        log = pod_log(node, "default", "ext-i915")
-        assert {line.split()[1] for line in log.splitlines() if line.startswith("dri ")} == drm_nodes(
-            node.sys_dir, card
-        )
+        assert pod_dri(node, "ext-i915") == drm_nodes(node.layout, card), f"/dev/dri in the pod for {card}"
     finally:
         _delete_pod_and_claim(client, node, "ext-i915", claim)
 
@@ -436,7 +435,7 @@ def test_unhealthy_card_is_tainted_avoided_and_shown_in_the_pods_status(
             (device,) = allocated_devices(claims["health-a"] or {})
             sick = device.split("/")[1]
             (other,) = {"card0", "card1"} - {sick}
-            render = next(n for n in sorted(drm_nodes(node.sys_dir, sick)) if n.startswith("renderD"))
+            render = next(n for n in sorted(drm_nodes(node.layout, sick)) if n.startswith("renderD"))
             path = node.dev_dir / "dri" / render
             minor = os.minor(path.stat().st_rdev)
             assert stat.S_ISCHR(path.stat().st_mode), path

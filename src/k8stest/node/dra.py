@@ -367,6 +367,8 @@ def device_health(pod: Mapping[str, Any]) -> dict[str, str]:
     return health
 
 
-def drm_nodes(sys_dir: Path, card: str) -> set[str]:
-    """The DRM device nodes (``cardN``, ``renderD<M>``) of ``card`` as a node's sysfs lists them."""
-    return {p.name for p in (sys_dir / "class" / "drm" / card / "device" / "drm").iterdir()}
+def drm_nodes(node_layout: NodeLayout, card: str) -> set[str]:
+    """The DRM device nodes of ``card`` (``cardN``, ``renderD<M>``): what the node's sysfs lists
+    for the card and its /dev/dri holds (sysfs also lists minors no node exists for, ``controlD*``)."""
+    listed = (node_layout.sys_dir / "class" / "drm" / card / "device" / "drm").iterdir()
+    return {p.name for p in listed if (node_layout.dev_dir / "dri" / p.name).exists()}

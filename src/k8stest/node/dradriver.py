@@ -35,7 +35,7 @@ def driver_connections(node: RealNode, driver: str) -> int:
     """How often the node's kubelet (any run of it) connected to a plugin of ``driver``: its
     plugin manager logs each connection change at -v=2, which the node's kubelet runs with."""
     text = (node.layout.logs / "kubelet.log").read_text(errors="replace")
-    pattern = re.compile(rf'"Connection changed" driverName="{re.escape(driver)}" .*connected=true')
+    pattern = re.compile(rf'"Connection changed" .*driverName="{re.escape(driver)}" .*connected=true')
     return sum(1 for line in text.splitlines() if pattern.search(line))
 
 
