@@ -139,7 +139,14 @@ def test_device_health_is_read_from_the_containers_allocated_resources_status() 
                     "allocatedResourcesStatus": [
                         {
                             "name": "claim:p-gpu-x/gpu",
-                            "resources": [{"resourceID": "gpu.intel.com/node/card1", "health": "Unhealthy"}],
+                            "resources": [
+                                {
+                                    "resourceID": "k8s.gpu.intel.com/claim=u-card1",
+                                    "health": "Unhealthy",
+                                    "message": "gone",
+                                },
+                                {"resourceID": "gpu.intel.com/node/card2", "health": "Healthy"},
+                            ],
                         }
                     ],
                 },
@@ -147,5 +154,8 @@ def test_device_health_is_read_from_the_containers_allocated_resources_status() 
             ]
         }
     }
-    assert device_health(pod) == {"gpu.intel.com/node/card1": "Unhealthy"}
+    assert device_health(pod) == {
+        "k8s.gpu.intel.com/claim=u-card1": {"health": "Unhealthy", "message": "gone"},
+        "gpu.intel.com/node/card2": {"health": "Healthy", "message": ""},
+    }
     assert device_health({}) == {}

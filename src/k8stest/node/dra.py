@@ -356,14 +356,18 @@ def leftovers(node_layout: NodeLayout, driver: str, claim_uids: Sequence[str] = 
     return found
 
 
-def device_health(pod: Mapping[str, Any]) -> dict[str, str]:
-    """``<driver>/<pool>/<device>`` -> health, as the kubelet reports it in the pod's container
-    statuses (``allocatedResourcesStatus``, ResourceHealthStatus)."""
-    health = {}
+def device_health(pod: Mapping[str, Any]) -> dict[str, JSON]:
+    """Resource ID -> ``{"health": ..., "message": ...}`` as the kubelet reports it in the pod's
+    container statuses (``allocatedResourcesStatus``, ResourceHealthStatus). The kubelet names a
+    DRA device by its first CDI device ID, else ``<driver>/<pool>/<device>``."""
+    health: dict[str, JSON] = {}
     for container in pod.get("status", {}).get("containerStatuses", []):
         for resource in container.get("allocatedResourcesStatus") or []:
             for item in resource.get("resources") or []:
-                health[str(item["resourceID"])] = str(item.get("health", ""))
+                health[str(item["resourceID"])] = {
+                    "health": str(item.get("health", "")),
+                    "message": str(item.get("message", "")),
+                }
     return health
 
 
