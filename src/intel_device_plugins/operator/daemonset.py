@@ -115,7 +115,12 @@ def dra_container(spec: AnySpec) -> JSON:
         "imagePullPolicy": "IfNotPresent",
         "command": [images.dra_driver_command(kind)],
         "args": dra_args(spec),
-        "env": [node_name_env()],
+        # POD_UID names this instance's sockets, so the new pod of a (surging) rolling update
+        # registers beside the old one instead of taking over its socket names.
+        "env": [
+            node_name_env(),
+            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        ],
         # The host's /dev is mounted read-only over the container's: the kubelet's default
         # /dev/termination-log could not be created there and the container would never start.
         "terminationMessagePath": "/tmp/termination-log",
