@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -526,6 +527,36 @@ def test_driver_restarted_during_prepare_still_starts_the_pod(driver: DraDriver,
             _delete_pod_and_claim(
                 client, node, "restart-during", claim or _claim_of(client, "restart-during")
             )
+
+
+def test_rolling_update_of_the_driver_serves_a_claim_made_meanwhile(
+    driver: DraDriver, client: KubeClient
+) -> None:
+    """The DaemonSet rolls with a surge: the new instance registers beside the old one (its
+    sockets carry its pod UID), so the kubelet always has a driver to prepare with. A pod created
+    as the roll starts runs well within the kubelet's one-minute retry of a failed prepare, which
+    a gap between the instances would cost; afterwards one new instance publishes every card."""
+    node = driver.node
+    with created(client, _templates(claim_template("any-gpu", DRIVER))):
+        claim = None
+        try:
+            connections = driver_connections(node, DRIVER)
+            old = driver.roll(client, wait=False)
+            t0 = time.monotonic()
+            client.create(PODS, _pod("during-roll", "any-gpu", f"{LIST_DRI}; sleep 3600"))
+            pod = _wait_phase(client, driver, "during-roll", ("Running",), timeout=150)
+            took = time.monotonic() - t0
+            claim = client.get(claim_path("default", pod_claim_names(pod)["gpu"]))
+            driver.wait_rolled(client, old, connections)
+            assert took < 30, f"the pod took {took:.1f} s to run during the roll"
+            (device,) = allocated_devices(claim)
+            assert pod_dri(node, "during-roll") == drm_nodes(node.layout, device.split("/")[1])
+            driver.wait_published(client, CARDS)
+            # The old instance removed its own registration socket, and only that.
+            sockets = sorted(p.name for p in node.plugins_registry_dir.iterdir())
+            assert len(sockets) == 1, f"registration sockets after the roll: {sockets}"
+        finally:
+            _delete_pod_and_claim(client, node, "during-roll", claim or _claim_of(client, "during-roll"))
 
 
 def test_kubelet_restart_keeps_the_pod_and_the_driver_publishes_again(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ from k8stest.node.pods import pod_log
 from k8stest.node.running import RealNode
 from k8stest.operatorinstall import Kubectl
 
-__all__ = ["DraDriver", "driver_connections", "install_dra_driver"]
+__all__ = ["ROLL_ANNOTATION", "DraDriver", "driver_connections", "install_dra_driver"]
+
+# A pod template annotation whose change starts a rolling update of the driver's DaemonSet.
+ROLL_ANNOTATION = "k8stest.example.com/roll"
 
 
 def driver_connections(node: RealNode, driver: str) -> int:
@@ -139,6 +143,36 @@ class DraDriver:
             wait_for(f"driver pod {name} replaced", replaced, timeout=60)
             self.wait_ready(client, connections_before=before)
         return str(name)
+
+    def roll(self, client: KubeClient, *, wait: bool = True) -> set[str]:
+        """Start a rolling update of the DaemonSet (a pod template annotation changes); with
+        ``wait``, return once the old pods are gone and a new one is Ready and connected to the
+        kubelet. Returns the old pods' UIDs."""
+        old = {str(p["metadata"]["uid"]) for p in self.pods(client)}
+        before = driver_connections(self.node, self.driver)
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{self.daemonset}"
+        stamp = str(time.monotonic_ns())
+        client.merge_patch(
+            path, {"spec": {"template": {"metadata": {"annotations": {ROLL_ANNOTATION: stamp}}}}}
+        )
+        if wait:
+            self.wait_rolled(client, old, before)
+        return old
+
+    def wait_rolled(
+        self, client: KubeClient, old: set[str], connections_before: int, timeout: float = 120
+    ) -> None:
+        """Wait until none of the ``old`` pods is left and a new pod is Ready and connected."""
+
+        def rolled() -> bool:
+            pods = self.pods(client)
+            return bool(pods) and not any(p["metadata"]["uid"] in old for p in pods)
+
+        try:
+            wait_for(f"driver pods {sorted(old)} replaced", rolled, timeout=timeout)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}\n{self.describe(client)}") from None
+        self.wait_ready(client, connections_before=connections_before, timeout=timeout)
 
     def uninstall(self, client: KubeClient, timeout: float = 120) -> None:
         """Delete what the overlay made; wait until the namespace is gone."""
