@@ -24,6 +24,7 @@ driver in it.
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import time
 from collections.abc import Iterator, Sequence
@@ -58,10 +59,12 @@ from k8stest.node.dra import (
     created,
     device_health,
     drm_nodes,
+    events,
     leftovers,
     node_slices,
     pod_claim_names,
     published_devices,
+    wait_claim_allocated,
     with_claims,
 )
 from k8stest.node.dradriver import DraDriver, driver_connections, install_dra_driver
@@ -98,7 +101,8 @@ def dra_node(
         node_binaries,
         node_control_plane,
         work / "node",
-        NodeConfig(name=NODE),
+        # A failed prepare is tried again at the kubelet's next sync: 10 s rather than 1 min.
+        NodeConfig(name=NODE, sync_frequency="10s"),
         sim_root=work / "sim",
         images=[node_images, archive],
     )
@@ -510,23 +514,48 @@ def test_driver_restarted_after_prepare_unprepares_from_its_checkpoint(
             _delete_pod_and_claim(client, node, "restart-after", claim or _claim_of(client, "restart-after"))
 
 
-def test_driver_restarted_during_prepare_still_starts_the_pod(driver: DraDriver, client: KubeClient) -> None:
-    """The driver pod is deleted right after the workload pod is created, so the kubelet's first
-    prepare meets the old instance going, no instance, or the new one; the pod must run all the same."""
+def test_driver_killed_during_prepare_still_starts_the_pod(driver: DraDriver, client: KubeClient) -> None:
+    """The driver is frozen (SIGSTOP) before a pod with a claim is created, so the kubelet's
+    NodePrepareResources waits on it; then it is killed (SIGKILL, as a crash), the kubelet restarts
+    its container and the call fails. The kubelet tries again at its next sync (10 s on this node),
+    the restarted driver prepares the claim, the pod runs, and once it is deleted nothing is left."""
     node = driver.node
+    name = "killed-during"
     with created(client, _templates(claim_template("any-gpu", DRIVER))):
         claim = None
+        frozen = driver.process_ids()
+        assert frozen, f"no {driver.command} process on {NODE}"
+        connections = driver_connections(node, DRIVER)
         try:
-            client.create(PODS, _pod("restart-during", "any-gpu", f"{LIST_DRI}; sleep 3600"))
-            driver.restart(client, wait=False)
-            pod = _wait_phase(client, driver, "restart-during", ("Running",), timeout=150)
-            claim = client.get(claim_path("default", pod_claim_names(pod)["gpu"]))
-            driver.wait_ready(client)
+            try:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGSTOP)
+                client.create(PODS, _pod(name, "any-gpu", f"{LIST_DRI}; sleep 3600"))
+                claim = wait_claim_allocated(client, "default", name, "gpu")
+                wait_for(
+                    f"pod {name} bound to the node",
+                    lambda: client.get(f"{PODS}/{name}")["spec"].get("nodeName") == NODE,
+                    timeout=30,
+                )
+                time.sleep(2)  # the kubelet starts the pod within a fraction of that, and waits on the driver
+                assert _phase(client, name) == "Pending"
+            finally:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGKILL)
+            _wait_phase(client, driver, name, ("Running",), timeout=120)
+            failed = [
+                e
+                for e in events(client, "default", name)
+                if e.get("reason") == "FailedPrepareDynamicResources"
+            ]
+            assert failed, "the kubelet's prepare never failed: the driver was not killed during it"
+            driver.wait_ready(client, connections_before=connections)
+            assert not set(frozen) & set(driver.process_ids()), "the killed driver process is still there"
+            (device,) = allocated_devices(claim)
+            assert pod_dri(node, name) == drm_nodes(node.layout, device.split("/")[1])
             driver.wait_published(client, CARDS)
         finally:
-            _delete_pod_and_claim(
-                client, node, "restart-during", claim or _claim_of(client, "restart-during")
-            )
+            _delete_pod_and_claim(client, node, name, claim or _claim_of(client, name))
 
 
 def test_rolling_update_of_the_driver_serves_a_claim_made_meanwhile(

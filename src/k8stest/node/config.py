@@ -44,6 +44,10 @@ class NodeConfig:
     # The node's address inside its network namespace: the kubelet registers it as InternalIP and
     # serves on it; the API server reaches it through the egress proxy.
     node_ip: str = "10.89.0.1"
+    # The kubelet's syncFrequency ("" = its default, 1 m). A pod whose DRA prepare failed is tried
+    # again only at the next periodic sync (1.37 records the event and ends the sync without an
+    # error, so no 10 s back-off applies); tests of a driver's failures want that shorter.
+    sync_frequency: str = ""
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,7 @@ def kubelet_configuration(
         "serverTLSBootstrap": False,
         "registerNode": True,
         "registerWithTaints": [dict(t) for t in config.taints],
+        **({"syncFrequency": config.sync_frequency} if config.sync_frequency else {}),
     }
 
 

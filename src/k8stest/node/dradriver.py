@@ -51,6 +51,7 @@ class DraDriver:
     namespace: str
     daemonset: str
     container: str
+    command: str  # what the container runs, e.g. intel_gpu_dra_driver
     node: RealNode
     kubectl: Kubectl
     overlay: Path
@@ -72,6 +73,29 @@ class DraDriver:
             if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
                 return pod
         return None
+
+    def process_ids(self) -> list[int]:
+        """The node's processes running the driver's command (its console script), found in the
+        node's pids cgroup subtree."""
+        script = self.command
+        found = []
+        root = Path("/sys/fs/cgroup/pids") / self.node.layout.cgroup.lstrip("/")
+        for directory, _, _ in os.walk(root):
+            try:
+                pids = (Path(directory) / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if any(
+                    part.decode(errors="replace").endswith(f"/{script}") or part == script.encode()
+                    for part in argv[:2]
+                ):
+                    found.append(int(pid))
+        return sorted(found)
 
     def describe(self, client: KubeClient) -> str:
         """The driver pods' phases and container states and the end of their logs."""
@@ -237,6 +261,7 @@ def install_dra_driver(cp: ControlPlane, node: RealNode, kind: str, workdir: Pat
         namespace=daemonset["metadata"]["namespace"],
         daemonset=daemonset["metadata"]["name"],
         container=container["name"],
+        command=container["command"][0],
         node=node,
         kubectl=kubectl,
         overlay=overlay,
