@@ -1,8 +1,8 @@
 """The GPU DRA driver (``intel_gpu_dra_driver`` from the node image) on a real node, end to end.
 
 A node of its own (``k8stest-dra-node``) with a mixed set of simulated GPUs joins the session's
-control plane; the operator's DaemonSet for a GpuDevicePlugin with ``deployAs: DRADriver`` runs
-the driver there, and no device plugin serves that node. The scenarios of issue #20:
+control plane; ``deploy/dra/gpu``, applied as a user applies it, runs the driver there, and no
+device plugin serves that node. The scenarios of issue #20:
 
 1. A claim from a template gets exactly its allocated card: the pod's /dev/dri holds that card's
    nodes and no other, delivered by containerd from the driver's per-claim CDI spec. CEL selectors
@@ -13,12 +13,12 @@ the driver there, and no device plugin serves that node. The scenarios of issue 
    DeviceClass's extended resource.
 4. A card turns unhealthy (a device node vanishes): its slice carries the driver's taint, a new
    claim lands on another card, and the running pod's status shows the card Unhealthy.
-5. Nothing leaks (CDI spec files, checkpoint entries, slices) when the driver restarts during or
-   after prepare, when the kubelet restarts, when a card is hot-plugged and unplugged, and when
-   the node is deleted.
+5. Nothing leaks (CDI spec files, checkpoint entries, slices) when the driver restarts after
+   prepare, is killed during it or rolls to a new pod, when the kubelet restarts, when a card is
+   hot-plugged and unplugged, and when the node is deleted.
 
 Every failure message names what is missing. Needs the node image from ``make images`` with the
-driver in it.
+driver in it (docs/node.md, "The GPU DRA driver on the real node").
 """
 
 from __future__ import annotations
@@ -230,8 +230,7 @@ def _wait_phase(
     except TimeoutError as error:
         pod = client.get(f"{PODS}/{name}")
         status = pod.get("status", {})
-        events = client.get(f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}")
-        seen = [f"{e.get('reason')}: {e.get('message')}" for e in events["items"]]
+        seen = [f"{e.get('reason')}: {e.get('message')}" for e in events(client, "default", name)]
         raise AssertionError(
             f"{error}: phase {status.get('phase')}, conditions {status.get('conditions')},"
             f" containers {status.get('containerStatuses')}, events {seen}\n{driver.describe(client)}"
