@@ -500,7 +500,10 @@ def test_dra_driver_replaces_the_plugin_in_the_same_daemonset() -> None:
     c = container(driver)
     assert (c["name"], c["command"]) == ("intel-gpu-dra-driver", ["intel_gpu_dra_driver"])
     assert c["image"] == images.node_image()
-    assert c["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    assert c["env"] == [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ], "the pod UID gives each instance its own sockets, so a rolling update overlaps"
     assert pod(driver)["serviceAccountName"] == pod(driver)["serviceAccount"] == DRA_SA
     assert pod(driver)["automountServiceAccountToken"] is True
 

@@ -38,7 +38,7 @@ from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import SlicePublisher
-from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
+from intel_device_plugins.dra.registration import DriverSockets, SocketPaths, live_sockets
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +314,15 @@ class DraDriver:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        successors = await asyncio.to_thread(live_sockets, self.config.plugins_dir, self.profile.driver_name)
+        if successors:
+            log.info(
+                "%s: another instance serves node %s (%s); its ResourceSlices stay",
+                self.profile.driver_name,
+                self.config.node_name,
+                successors[0],
+            )
+            return
         try:
             await asyncio.wait_for(parts.publisher.withdraw(), self.config.withdraw_timeout)
             log.info(

@@ -28,6 +28,7 @@ from intel_device_plugins.operator.pod import (
     JSON,
     PLUGIN_SELINUX,
     node_name_env,
+    pod_uid_env,
 )
 from intel_device_plugins.operator.registry import AnySpec, profile_of
 from intel_device_plugins.plugins import flagnames
@@ -115,7 +116,7 @@ def dra_container(spec: AnySpec) -> JSON:
         "imagePullPolicy": "IfNotPresent",
         "command": [images.dra_driver_command(kind)],
         "args": dra_args(spec),
-        "env": [node_name_env()],
+        "env": [node_name_env(), pod_uid_env()],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
