@@ -20,7 +20,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -423,17 +423,48 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
 
 
 async def serve_driver(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> None:
-    """Run the driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
-    build = api_parts(profile, config, client)
+    """Run one driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
+    await serve_drivers((profile,), config, client)
+
+
+async def _run_until_failure(driver: DraDriver, stop: asyncio.Event) -> None:
+    """One driver of several: if it fails, the others stop too (cleanly), so the process exits."""
+    try:
+        await driver.run(stop)
+    except BaseException:
+        stop.set()
+        raise
+
+
+async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig, client: AsyncClient) -> None:
+    """Run several drivers (distinct names) on one event loop until SIGTERM or SIGINT.
+
+    They share the API client and one uevent source; each has its own scan worker, publisher,
+    registration and kubelet service, exactly as when it runs alone. A driver whose servers cannot
+    start stops all, and its error is raised after every other driver has shut down.
+    """
+    names = [profile.driver_name for profile in profiles]
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"drivers must be given once each and at least one: {', '.join(names) or 'none'}")
+    builds = [api_parts(profile, config, client) for profile in profiles]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    hub = UeventHub.for_directory(config.uevent_dir) if profile.uevent_subsystems() else None
+    wants_uevents = any(profile.uevent_subsystems() for profile in profiles)
+    hub = UeventHub.for_directory(config.uevent_dir) if wants_uevents else None
     if hub is not None and not hub.start():
-        log.info("%s: no kernel device events; scans follow inotify and the timer", profile.driver_name)
+        log.info("%s: no kernel device events; scans follow inotify and the timer", ", ".join(names))
     try:
-        await DraDriver(profile, config, build, hub).run(stop)
+        drivers = [
+            DraDriver(profile, config, build, hub) for profile, build in zip(profiles, builds, strict=True)
+        ]
+        results = await asyncio.gather(
+            *(_run_until_failure(driver, stop) for driver in drivers), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
     finally:
         if hub is not None:
             hub.close()
