@@ -100,3 +100,38 @@ def test_one_process_publishes_registers_and_withdraws_every_kind(
     finally:
         process.stop()
         shutil.rmtree(kubelet, ignore_errors=True)
+
+
+def test_a_driver_that_cannot_start_stops_the_others_cleanly(
+    k8s_control_plane: ControlPlane,
+    kwok_nodes: Callable[..., list[str]],
+    k8s_admin: KubeClient,
+    tmp_path: Path,
+) -> None:
+    (node,) = kwok_nodes(1)
+    sim = build_node(parse_node_spec(profile_text("default")), tmp_path / "node")
+    kubelet = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    # Something that is not a socket where SGX's registration socket goes: its server cannot bind.
+    (kubelet / "plugins_registry" / "sgx.intel.com-reg.sock" / "occupied").mkdir(parents=True)
+    argv = [
+        console_script("intel_dra_drivers"),
+        "-node-name", node,
+        "-prefix", str(sim.root),
+        "-kubeconfig", str(k8s_control_plane.admin_kubeconfig),
+        "-cdi-root", str(tmp_path / "cdi"),
+        "-kubelet-registrar-directory-path", str(kubelet / "plugins_registry"),
+        "-kubelet-plugins-directory-path", str(kubelet / "plugins"),
+        "--driver", "dsa", "--driver", "sgx",
+    ]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key not in ("NODE_NAME", "POD_UID")}
+    process = ManagedProcess("intel_dra_drivers", argv, tmp_path / "drivers.log", env=env)
+    try:
+        assert process.popen.wait(30) == 1, process.log_tail()
+        assert "sgx.intel.com cannot run" in process.log_tail()
+        assert "dsa.intel.com cannot run" not in process.log_tail()
+        assert published(k8s_admin, node) == {}
+        assert not (kubelet / "plugins_registry" / "dsa.intel.com-reg.sock").exists()
+        assert not (kubelet / "plugins" / "dsa.intel.com" / "dra.sock").exists()
+    finally:
+        process.stop()
+        shutil.rmtree(kubelet, ignore_errors=True)

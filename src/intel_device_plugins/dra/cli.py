@@ -27,6 +27,7 @@ from intel_device_plugins.dra.driver import (
     DEFAULT_EVENT_RESCAN_INTERVAL,
     DEFAULT_POLL_INTERVAL,
     DriverConfig,
+    DriverFailed,
     serve_drivers,
 )
 from intel_device_plugins.dra.profile import DriverProfile
@@ -204,11 +205,12 @@ def run_drivers_command(
         kube_config = load_kube_config(args.kubeconfig)
     except ValueError as error:
         parser.error(str(error))
-    names = ", ".join(profile.driver_name for profile in profiles)
     try:
         asyncio.run(_serve(profiles, config, kube_config))
     except Exception as error:  # a server that cannot start (a socket in use): one line, not a trace
-        log.error("%s cannot run: %s", names, error, exc_info=args.verbosity >= DEBUG_FROM)
+        names = ", ".join(profile.driver_name for profile in profiles)
+        message = str(error) if isinstance(error, DriverFailed) else f"{names} cannot run: {error}"
+        log.error("%s", message, exc_info=args.verbosity >= DEBUG_FROM)
         exit_leaving_stuck_threads(1)
         return 1
     exit_leaving_stuck_threads(0)

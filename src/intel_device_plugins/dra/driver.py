@@ -427,6 +427,14 @@ async def serve_driver(profile: DriverProfile, config: DriverConfig, client: Asy
     await serve_drivers((profile,), config, client)
 
 
+class DriverFailed(Exception):
+    """One driver of a process could not run; names it, as the others' names say nothing."""
+
+    def __init__(self, driver: str, error: Exception) -> None:
+        super().__init__(f"{driver} cannot run: {error}")
+        self.driver = driver
+
+
 async def _run_until_failure(driver: DraDriver, stop: asyncio.Event) -> None:
     """One driver of several: if it fails, the others stop too (cleanly), so the process exits."""
     try:
@@ -462,7 +470,9 @@ async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig,
         results = await asyncio.gather(
             *(_run_until_failure(driver, stop) for driver in drivers), return_exceptions=True
         )
-        for result in results:
+        for driver, result in zip(drivers, results, strict=True):
+            if isinstance(result, Exception):
+                raise DriverFailed(driver.profile.driver_name, result) from result
             if isinstance(result, BaseException):
                 raise result
     finally:
