@@ -33,7 +33,7 @@ from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryW
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.deviceplugin.scanworker import ScanWorker
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
-from intel_device_plugins.dra.checkpoint import Checkpoint
+from intel_device_plugins.dra.checkpoint import Checkpoint, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
@@ -406,14 +406,11 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
         return claim.to_dict()
 
     def build(inventory: Callable[[], Inventory]) -> DriverParts:
-        service = KubeletService(
-            profile,
-            inventory,
-            get_claim,
-            config.node_name,
-            Checkpoint.for_driver(config.plugins_dir, driver),
-            config.cdi_root,
+        checkpoint = Checkpoint.for_driver(
+            config.plugins_dir, driver, sync_appends=not is_volatile(config.cdi_root)
         )
+        checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
+        service = KubeletService(profile, inventory, get_claim, config.node_name, checkpoint, config.cdi_root)
         return DriverParts(
             publisher=SlicePublisher(client, driver, config.node_name),
             kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.add_to_server)),
