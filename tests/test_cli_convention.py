@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import tomllib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +102,12 @@ def test_one_ladder(fresh_logging: None, verbosity: int, level: str, requests: s
     configure_logging(verbosity)
     assert logging.getLevelName(logging.getLogger().level) == level
     assert logging.getLevelName(logging.getLogger("httpx").level) == requests
+
+
+def test_every_dra_driver_binary_is_covered() -> None:
+    """A DRA driver added to pyproject.toml without a parser here would escape the convention."""
+    with (Path(__file__).parents[1] / "pyproject.toml").open("rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    drivers = {name for name in scripts if name.endswith("_dra_driver") or name == "intel_dra_drivers"}
+    assert len(drivers) == 9
+    assert drivers <= set(PARSERS)
