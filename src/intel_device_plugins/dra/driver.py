@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries
 from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryWatcher
 from intel_device_plugins.deviceplugin.model import Health
-from intel_device_plugins.deviceplugin.scanworker import ScanWorker
+from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
 from intel_device_plugins.dra.checkpoint import Checkpoint, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
@@ -124,11 +123,9 @@ class DraDriver:
         self._rescan = asyncio.Event()
         self._dirty = asyncio.Event()
         self._watcher = DirectoryWatcher(self._on_directory_event)
-        self._worker: ScanWorker[Inventory] = ScanWorker(profile.scan, profile.driver_name)
-        self._stuck_since: float | None = None
-        self._last_error = ""
-        self.scans = 0
-        """Scans started (observability and tests)."""
+        self._scans: DeadlineScans[Inventory] = DeadlineScans(
+            profile.scan, profile.driver_name, config.scan_deadline, self._rescan.set
+        )
         self.parts: DriverParts | None = None
 
     @property
@@ -160,42 +157,15 @@ class DraDriver:
 
     # ----- scanning ------------------------------------------------------------------------------
 
-    async def scan_once(self, stop: asyncio.Event) -> Inventory | None:
-        """One scan on the worker thread, waited for until the deadline (or ``stop``).
+    @property
+    def scans(self) -> int:
+        """Scans started (observability and tests)."""
+        return self._scans.started
 
-        ``None`` when it failed, missed the deadline or ``stop`` was set; a scan that misses the
-        deadline keeps running and the next call waits for it rather than starting another.
-        """
-        if not self._worker.busy:
-            self.scans += 1
-        future = self._worker.request()
-        deadline = self.config.scan_deadline if self._stuck_since is None else self.rescan_interval()
-        await _wait_any(stop, future, timeout=deadline)
-        if not future.done():
-            if self._stuck_since is None and not stop.is_set():
-                self._stuck_since = time.monotonic()
-                log.error(
-                    "%s: scan has not returned after %.1f s; it is stuck %s. Keeping the previous"
-                    " devices; no new scan starts until this one returns",
-                    self.profile.driver_name,
-                    self.config.scan_deadline,
-                    self._worker.whereabouts(),
-                )
-            return None
-        if self._stuck_since is not None:
-            log.warning("%s: the stuck scan returned; scanning again", self.profile.driver_name)
-            self._stuck_since = None
-            self._rescan.set()  # what it read may be long out of date
-            return None
-        error = future.exception()
-        if error is not None:
-            message = f"{self.profile.driver_name}: scan failed: {error!r}"
-            if message != self._last_error:
-                log.error("%s; keeping the previous devices", message, exc_info=error)
-                self._last_error = message
-            return None
-        self._last_error = ""
-        return future.result()
+    async def scan_once(self, stop: asyncio.Event) -> Inventory | None:
+        """One scan on the worker thread, waited for until the deadline (or ``stop``); ``None`` when it
+        failed, missed the deadline or ``stop`` was set (see :class:`DeadlineScans`)."""
+        return await self._scans.next(stop, self.rescan_interval())
 
     def apply(self, inventory: Inventory) -> bool:
         """Take a scan's inventory; ``True`` when its devices changed (then health and slices follow)."""
@@ -284,13 +254,13 @@ class DraDriver:
             if unsubscribe is not None:
                 unsubscribe()
             self._watcher.close()
-            self._worker.close()
+            self._scans.close()
             await self._shut_down(tasks, started)
 
     async def _scan_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            if not self._worker.busy:  # stuck: wait for that scan (in scan_once) rather than the timer
-                await _wait_any(stop, self._rescan, timeout=self.rescan_interval())
+            if not self._scans.busy:  # stuck: wait for that scan (in scan_once) rather than the timer
+                await wait_any(stop, self._rescan, timeout=self.rescan_interval())
                 if stop.is_set():
                     return
                 if self._rescan.is_set():
@@ -347,24 +317,6 @@ async def _logged(work: Awaitable[None], what: str) -> None:
         raise
     except Exception:
         log.exception("%s failed", what)
-
-
-async def _wait_any(*awaitables: asyncio.Event | Awaitable[object], timeout: float) -> None:
-    """Wait until one event is set or one future is done, or ``timeout`` passes. Cancels nothing given."""
-    waiters: list[asyncio.Future[object]] = []
-    owned: list[asyncio.Future[object]] = []
-    for item in awaitables:
-        if isinstance(item, asyncio.Event):
-            waiter: asyncio.Future[object] = asyncio.ensure_future(item.wait())
-            owned.append(waiter)
-        else:
-            waiter = asyncio.ensure_future(item)
-        waiters.append(waiter)
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in owned:
-            waiter.cancel()
 
 
 # ----- the real parts ----------------------------------------------------------------------------
