@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import threading
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -304,3 +306,28 @@ async def test_a_driver_whose_servers_cannot_start_leaves_the_slices_alone(
         await asyncio.wait_for(running.task, 5)
 
     assert running.recorder.log == []  # neither published nor withdrawn: the slices may be another's
+
+
+async def test_a_successor_serving_the_node_keeps_the_slices_and_a_dead_socket_does_not(
+    tmp_path: Path, watched: Path
+) -> None:
+    """A rolling update: the old instance stops while the new one answers on its own socket."""
+    profile = ScriptedProfile(watched)
+    directory = tmp_path / "plugins" / profile.driver_name
+    directory.mkdir(parents=True)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(os.fspath(directory / "dra-killed.sock"))
+    stale.close()  # the file stays, nobody listens: an instance that was killed
+    running = start(tmp_path, profile)
+    await running.until("the first publish", lambda: bool(running.recorder.published))
+    await running.finish()
+    assert running.recorder.log[-1] == "withdraw", running.recorder.log
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as successor:
+        successor.bind(os.fspath(directory / "dra-new.sock"))
+        successor.listen()
+        running = start(tmp_path, profile)
+        await running.until("the first publish", lambda: bool(running.recorder.published))
+        await running.finish()
+    assert "withdraw" not in running.recorder.log
+    assert running.recorder.log[-1] == "stop"

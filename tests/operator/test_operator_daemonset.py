@@ -502,9 +502,8 @@ def test_dra_driver_replaces_the_plugin_in_the_same_daemonset() -> None:
     assert c["image"] == images.node_image()
     assert c["env"] == [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        # The driver's socket names carry it (dra/cli.py), so a surging roll's two pods do not collide.
         {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-    ]
+    ], "the pod UID gives each instance its own sockets, so a rolling update overlaps"
     assert pod(driver)["serviceAccountName"] == pod(driver)["serviceAccount"] == DRA_SA
     assert pod(driver)["automountServiceAccountToken"] is True
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries
@@ -33,7 +32,7 @@ from intel_device_plugins.deviceplugin.model import (
 )
 from intel_device_plugins.deviceplugin.plugin import EventDriven, RescansSooner, Scanner, WatchesPaths
 from intel_device_plugins.deviceplugin.problems import ProblemLog
-from intel_device_plugins.deviceplugin.scanworker import ScanWorker
+from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.server import (
     RECHECK_INTERVAL,
     SAFETY_RECHECK_INTERVAL,
@@ -63,13 +62,11 @@ class PluginManager:
             frozenset(plugin.uevent_subsystems()) if isinstance(plugin, EventDriven) else frozenset()
         )
         self._event_driven = isinstance(plugin, EventDriven)
-        self._worker: ScanWorker[DeviceTree] = ScanWorker(plugin.scan, plugin.namespace)
-        self._last_scan_error = ""
-        self._stuck_since: float | None = None
+        self._scans: DeadlineScans[DeviceTree] = DeadlineScans(
+            plugin.scan, plugin.namespace, config.scan_deadline, self._rescan.set
+        )
         self._checks = ProblemLog(log)
         self._check_problems: dict[str, tuple[str, ...]] = {}
-        self.scans = 0
-        """Scans started (observability and tests)."""
         self.uevents_seen = 0
         """Kernel events that matched the plugin's subsystems."""
 
@@ -81,7 +78,12 @@ class PluginManager:
     @property
     def scan_stuck(self) -> bool:
         """A scan has been running for longer than the deadline."""
-        return self._stuck_since is not None
+        return self._scans.stuck
+
+    @property
+    def scans(self) -> int:
+        """Scans started (observability and tests)."""
+        return self._scans.started
 
     # ----- events ------------------------------------------------------------------------------
 
@@ -131,49 +133,10 @@ class PluginManager:
 
     # ----- scanning ----------------------------------------------------------------------------
 
-    def _scan_failed(self, error: BaseException) -> None:
-        message = f"{self.plugin.namespace}: scan failed: {error!r}"
-        if message != self._last_scan_error:
-            log.error("%s; keeping the previous devices", message, exc_info=error)
-            self._last_scan_error = message
-
     async def scan_in_worker(self, stop: asyncio.Event) -> DeviceTree | None:
-        """One scan on the worker thread, waited for until the deadline (or ``stop``).
-
-        ``None`` when the scan failed, missed the deadline, or ``stop`` was set. A scan that misses
-        the deadline keeps running; the next call waits for that one instead of starting another.
-        """
-        if not self._worker.busy:
-            self.scans += 1
-        future = self._worker.request()
-        deadline = self.config.scan_deadline if self._stuck_since is None else self.rescan_interval()
-        await _wait_any(stop, future, timeout=deadline)
-        if not future.done():
-            if self._stuck_since is None and not stop.is_set():
-                self._stuck_since = time.monotonic()
-                log.error(
-                    "%s: scan has not returned after %.1f s; it is stuck %s. Serving the previous"
-                    " devices; no new scan starts until this one returns",
-                    self.plugin.namespace,
-                    self.config.scan_deadline,
-                    self._worker.whereabouts(),
-                )
-            return None
-        if self._stuck_since is not None:
-            log.warning(
-                "%s: the stuck scan returned after %.1f s; scanning again",
-                self.plugin.namespace,
-                time.monotonic() - self._stuck_since + self.config.scan_deadline,
-            )
-            self._stuck_since = None
-            self._rescan.set()  # what it read may be long out of date
-            return None
-        error = future.exception()
-        if error is not None:
-            self._scan_failed(error)
-            return None
-        self._last_scan_error = ""
-        return future.result()
+        """One scan on the worker thread, waited for until the deadline (or ``stop``); ``None`` when it
+        failed, missed the deadline or ``stop`` was set (see :class:`DeadlineScans`)."""
+        return await self._scans.next(stop, self.rescan_interval())
 
     def _checked(self, resource: str, devices: DeviceMap) -> DeviceMap:
         checked = check_devices(f"{self.plugin.namespace}/{resource}", devices)
@@ -239,9 +202,9 @@ class PluginManager:
                 tree = await self.scan_in_worker(stop)
                 if tree is not None:
                     await self.apply(tree)
-                if self._worker.busy:
+                if self._scans.busy:
                     continue  # stuck: wait for that scan (bounded by the deadline) rather than start one
-                await _wait_any(stop, self._rescan, timeout=self.rescan_interval())
+                await wait_any(stop, self._rescan, timeout=self.rescan_interval())
                 if self._rescan.is_set() and not stop.is_set():
                     # A hot-plug creates several files in a burst; let it finish so one update covers it.
                     await asyncio.sleep(HOTPLUG_SETTLE_SECONDS)
@@ -249,27 +212,9 @@ class PluginManager:
             if unsubscribe is not None:
                 unsubscribe()
             self._watcher.close()
-            self._worker.close()
+            self._scans.close()
             for resource in list(self.servers):
                 await self._remove(resource)
-
-
-async def _wait_any(*awaitables: asyncio.Event | Awaitable[object], timeout: float) -> None:
-    """Wait until one event is set or one future is done, or ``timeout`` passes. Cancels nothing given."""
-    waiters: list[asyncio.Future[object]] = []
-    owned: list[asyncio.Future[object]] = []
-    for item in awaitables:
-        if isinstance(item, asyncio.Event):
-            waiter: asyncio.Future[object] = asyncio.ensure_future(item.wait())
-            owned.append(waiter)
-        else:
-            waiter = asyncio.ensure_future(item)
-        waiters.append(waiter)
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in owned:
-            waiter.cancel()
 
 
 async def serve_plugins(plugins: Sequence[Scanner], config: FrameworkConfig, stop: asyncio.Event) -> None:

@@ -18,8 +18,9 @@ import os
 import queue
 import sys
 import threading
+import time
 import types
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -154,3 +155,94 @@ def exit_leaving_stuck_threads(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+class DeadlineScans(Generic[Result]):
+    """Scans on a :class:`ScanWorker`, each waited for until ``deadline``.
+
+    A scan that misses the deadline is reported once, with where it is stuck, and no other scan starts
+    until it returns; its late result is dropped (what it read may be long out of date) and
+    ``on_late_return`` asks for a fresh one. A failing scan is logged once per distinct error. The
+    device-plugin manager and the DRA driver scan this one way.
+    """
+
+    def __init__(
+        self, work: Callable[[], Result], name: str, deadline: float, on_late_return: Callable[[], None]
+    ) -> None:
+        self.worker: ScanWorker[Result] = ScanWorker(work, name)
+        self.name = name
+        self.deadline = deadline
+        self._on_late_return = on_late_return
+        self._stuck_since: float | None = None
+        self._last_error = ""
+        self.started = 0
+        """Scans started (observability and tests)."""
+
+    @property
+    def stuck(self) -> bool:
+        """A scan has been running for longer than the deadline."""
+        return self._stuck_since is not None
+
+    @property
+    def busy(self) -> bool:
+        return self.worker.busy
+
+    async def next(self, stop: asyncio.Event, stuck_wait: float) -> Result | None:
+        """The next scan's result; ``None`` when it failed, missed the deadline or ``stop`` was set.
+
+        While a scan is stuck, each call waits up to ``stuck_wait`` for it instead of the deadline.
+        """
+        if not self.worker.busy:
+            self.started += 1
+        future = self.worker.request()
+        await wait_any(stop, future, timeout=self.deadline if self._stuck_since is None else stuck_wait)
+        if not future.done():
+            if self._stuck_since is None and not stop.is_set():
+                self._stuck_since = time.monotonic()
+                log.error(
+                    "%s: scan has not returned after %.1f s; it is stuck %s. Keeping the previous"
+                    " devices; no new scan starts until this one returns",
+                    self.name,
+                    self.deadline,
+                    self.worker.whereabouts(),
+                )
+            return None
+        if self._stuck_since is not None:
+            log.warning(
+                "%s: the stuck scan returned after %.1f s; scanning again",
+                self.name,
+                time.monotonic() - self._stuck_since + self.deadline,
+            )
+            self._stuck_since = None
+            self._on_late_return()
+            return None
+        error = future.exception()
+        if error is not None:
+            message = f"{self.name}: scan failed: {error!r}"
+            if message != self._last_error:
+                log.error("%s; keeping the previous devices", message, exc_info=error)
+                self._last_error = message
+            return None
+        self._last_error = ""
+        return future.result()
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+async def wait_any(*awaitables: asyncio.Event | Awaitable[object], timeout: float) -> None:
+    """Wait until one event is set or one future is done, or ``timeout`` passes. Cancels nothing given."""
+    waiters: list[asyncio.Future[object]] = []
+    owned: list[asyncio.Future[object]] = []
+    for item in awaitables:
+        if isinstance(item, asyncio.Event):
+            waiter: asyncio.Future[object] = asyncio.ensure_future(item.wait())
+            owned.append(waiter)
+        else:
+            waiter = asyncio.ensure_future(item)
+        waiters.append(waiter)
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in owned:
+            waiter.cancel()

@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,14 +30,14 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries
 from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryWatcher
 from intel_device_plugins.deviceplugin.model import Health
-from intel_device_plugins.deviceplugin.scanworker import ScanWorker
+from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
-from intel_device_plugins.dra.checkpoint import Checkpoint
+from intel_device_plugins.dra.checkpoint import Checkpoint, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import SlicePublisher
-from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
+from intel_device_plugins.dra.registration import DriverSockets, SocketPaths, live_sockets
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +123,9 @@ class DraDriver:
         self._rescan = asyncio.Event()
         self._dirty = asyncio.Event()
         self._watcher = DirectoryWatcher(self._on_directory_event)
-        self._worker: ScanWorker[Inventory] = ScanWorker(profile.scan, profile.driver_name)
-        self._stuck_since: float | None = None
-        self._last_error = ""
-        self.scans = 0
-        """Scans started (observability and tests)."""
+        self._scans: DeadlineScans[Inventory] = DeadlineScans(
+            profile.scan, profile.driver_name, config.scan_deadline, self._rescan.set
+        )
         self.parts: DriverParts | None = None
 
     @property
@@ -160,42 +157,15 @@ class DraDriver:
 
     # ----- scanning ------------------------------------------------------------------------------
 
-    async def scan_once(self, stop: asyncio.Event) -> Inventory | None:
-        """One scan on the worker thread, waited for until the deadline (or ``stop``).
+    @property
+    def scans(self) -> int:
+        """Scans started (observability and tests)."""
+        return self._scans.started
 
-        ``None`` when it failed, missed the deadline or ``stop`` was set; a scan that misses the
-        deadline keeps running and the next call waits for it rather than starting another.
-        """
-        if not self._worker.busy:
-            self.scans += 1
-        future = self._worker.request()
-        deadline = self.config.scan_deadline if self._stuck_since is None else self.rescan_interval()
-        await _wait_any(stop, future, timeout=deadline)
-        if not future.done():
-            if self._stuck_since is None and not stop.is_set():
-                self._stuck_since = time.monotonic()
-                log.error(
-                    "%s: scan has not returned after %.1f s; it is stuck %s. Keeping the previous"
-                    " devices; no new scan starts until this one returns",
-                    self.profile.driver_name,
-                    self.config.scan_deadline,
-                    self._worker.whereabouts(),
-                )
-            return None
-        if self._stuck_since is not None:
-            log.warning("%s: the stuck scan returned; scanning again", self.profile.driver_name)
-            self._stuck_since = None
-            self._rescan.set()  # what it read may be long out of date
-            return None
-        error = future.exception()
-        if error is not None:
-            message = f"{self.profile.driver_name}: scan failed: {error!r}"
-            if message != self._last_error:
-                log.error("%s; keeping the previous devices", message, exc_info=error)
-                self._last_error = message
-            return None
-        self._last_error = ""
-        return future.result()
+    async def scan_once(self, stop: asyncio.Event) -> Inventory | None:
+        """One scan on the worker thread, waited for until the deadline (or ``stop``); ``None`` when it
+        failed, missed the deadline or ``stop`` was set (see :class:`DeadlineScans`)."""
+        return await self._scans.next(stop, self.rescan_interval())
 
     def apply(self, inventory: Inventory) -> bool:
         """Take a scan's inventory; ``True`` when its devices changed (then health and slices follow)."""
@@ -284,13 +254,13 @@ class DraDriver:
             if unsubscribe is not None:
                 unsubscribe()
             self._watcher.close()
-            self._worker.close()
+            self._scans.close()
             await self._shut_down(tasks, started)
 
     async def _scan_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            if not self._worker.busy:  # stuck: wait for that scan (in scan_once) rather than the timer
-                await _wait_any(stop, self._rescan, timeout=self.rescan_interval())
+            if not self._scans.busy:  # stuck: wait for that scan (in scan_once) rather than the timer
+                await wait_any(stop, self._rescan, timeout=self.rescan_interval())
                 if stop.is_set():
                     return
                 if self._rescan.is_set():
@@ -314,6 +284,15 @@ class DraDriver:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        successors = await asyncio.to_thread(live_sockets, self.config.plugins_dir, self.profile.driver_name)
+        if successors:
+            log.info(
+                "%s: another instance serves node %s (%s); its ResourceSlices stay",
+                self.profile.driver_name,
+                self.config.node_name,
+                successors[0],
+            )
+            return
         try:
             await asyncio.wait_for(parts.publisher.withdraw(), self.config.withdraw_timeout)
             log.info(
@@ -338,24 +317,6 @@ async def _logged(work: Awaitable[None], what: str) -> None:
         raise
     except Exception:
         log.exception("%s failed", what)
-
-
-async def _wait_any(*awaitables: asyncio.Event | Awaitable[object], timeout: float) -> None:
-    """Wait until one event is set or one future is done, or ``timeout`` passes. Cancels nothing given."""
-    waiters: list[asyncio.Future[object]] = []
-    owned: list[asyncio.Future[object]] = []
-    for item in awaitables:
-        if isinstance(item, asyncio.Event):
-            waiter: asyncio.Future[object] = asyncio.ensure_future(item.wait())
-            owned.append(waiter)
-        else:
-            waiter = asyncio.ensure_future(item)
-        waiters.append(waiter)
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in owned:
-            waiter.cancel()
 
 
 # ----- the real parts ----------------------------------------------------------------------------
@@ -397,14 +358,11 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
         return claim.to_dict()
 
     def build(inventory: Callable[[], Inventory]) -> DriverParts:
-        service = KubeletService(
-            profile,
-            inventory,
-            get_claim,
-            config.node_name,
-            Checkpoint.for_driver(config.plugins_dir, driver),
-            config.cdi_root,
+        checkpoint = Checkpoint.for_driver(
+            config.plugins_dir, driver, sync_appends=not is_volatile(config.cdi_root)
         )
+        checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
+        service = KubeletService(profile, inventory, get_claim, config.node_name, checkpoint, config.cdi_root)
         return DriverParts(
             publisher=SlicePublisher(client, driver, config.node_name),
             kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.add_to_server)),
@@ -414,17 +372,58 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
 
 
 async def serve_driver(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> None:
-    """Run the driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
-    build = api_parts(profile, config, client)
+    """Run one driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
+    await serve_drivers((profile,), config, client)
+
+
+class DriverFailed(Exception):
+    """One driver of a process could not run; names it, as the others' names say nothing."""
+
+    def __init__(self, driver: str, error: Exception) -> None:
+        super().__init__(f"{driver} cannot run: {error}")
+        self.driver = driver
+
+
+async def _run_until_failure(driver: DraDriver, stop: asyncio.Event) -> None:
+    """One driver of several: if it fails, the others stop too (cleanly), so the process exits."""
+    try:
+        await driver.run(stop)
+    except BaseException:
+        stop.set()
+        raise
+
+
+async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig, client: AsyncClient) -> None:
+    """Run several drivers (distinct names) on one event loop until SIGTERM or SIGINT.
+
+    They share the API client and one uevent source; each has its own scan worker, publisher,
+    registration and kubelet service, exactly as when it runs alone. A driver whose servers cannot
+    start stops all, and its error is raised after every other driver has shut down.
+    """
+    names = [profile.driver_name for profile in profiles]
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"drivers must be given once each and at least one: {', '.join(names) or 'none'}")
+    builds = [api_parts(profile, config, client) for profile in profiles]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    hub = UeventHub.for_directory(config.uevent_dir) if profile.uevent_subsystems() else None
+    wants_uevents = any(profile.uevent_subsystems() for profile in profiles)
+    hub = UeventHub.for_directory(config.uevent_dir) if wants_uevents else None
     if hub is not None and not hub.start():
-        log.info("%s: no kernel device events; scans follow inotify and the timer", profile.driver_name)
+        log.info("%s: no kernel device events; scans follow inotify and the timer", ", ".join(names))
     try:
-        await DraDriver(profile, config, build, hub).run(stop)
+        drivers = [
+            DraDriver(profile, config, build, hub) for profile, build in zip(profiles, builds, strict=True)
+        ]
+        results = await asyncio.gather(
+            *(_run_until_failure(driver, stop) for driver in drivers), return_exceptions=True
+        )
+        for driver, result in zip(drivers, results, strict=True):
+            if isinstance(result, Exception):
+                raise DriverFailed(driver.profile.driver_name, result) from result
+            if isinstance(result, BaseException):
+                raise result
     finally:
         if hub is not None:
             hub.close()

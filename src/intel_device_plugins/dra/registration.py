@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,25 @@ class SocketPaths:
                 "-kubelet-plugins-directory-path"
             )
         return paths
+
+
+def live_sockets(plugins_dir: Path, driver: str) -> list[Path]:
+    """The DRA sockets of ``driver`` in its plugin directory that something answers on.
+
+    A driver stopping in a rolling update asks this after removing its own: when its successor
+    serves, the node's slices are the successor's too and must stay. A socket left by a killed
+    instance refuses the connection and does not count.
+    """
+    live = []
+    for path in sorted((plugins_dir / driver).glob("dra*.sock")):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            try:
+                probe.connect(os.fspath(path))
+            except OSError:
+                continue
+        live.append(path)
+    return live
 
 
 @dataclass(frozen=True)

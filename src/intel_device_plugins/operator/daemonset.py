@@ -28,6 +28,7 @@ from intel_device_plugins.operator.pod import (
     JSON,
     PLUGIN_SELINUX,
     node_name_env,
+    pod_uid_env,
 )
 from intel_device_plugins.operator.registry import AnySpec, profile_of
 from intel_device_plugins.plugins import flagnames
@@ -115,12 +116,7 @@ def dra_container(spec: AnySpec) -> JSON:
         "imagePullPolicy": "IfNotPresent",
         "command": [images.dra_driver_command(kind)],
         "args": dra_args(spec),
-        # POD_UID names this instance's sockets, so the new pod of a (surging) rolling update
-        # registers beside the old one instead of taking over its socket names.
-        "env": [
-            node_name_env(),
-            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-        ],
+        "env": [node_name_env(), pod_uid_env()],
         # The host's /dev is mounted read-only over the container's: the kubelet's default
         # /dev/termination-log could not be created there and the container would never start.
         "terminationMessagePath": "/tmp/termination-log",

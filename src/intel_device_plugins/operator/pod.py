@@ -86,6 +86,11 @@ def node_name_env() -> JSON:
     return {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
 
+def pod_uid_env() -> JSON:
+    """A DRA driver names its sockets after its pod, so two instances overlap in a rolling update."""
+    return {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+
+
 def init_security(*, writes_sysfs: bool = False, selinux: bool = True) -> JSON:
     """Security context of an init container: every one drops all capabilities, forbids privilege
     escalation, keeps the root file system read-only and uses the runtime's default seccomp profile.

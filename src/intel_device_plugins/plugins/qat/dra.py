@@ -125,11 +125,9 @@ class QatDriverProfile:
     ) -> Sequence[CdiDevice]:
         """Each VF's nodes, and ``QAT1``, ``QAT2``, … in allocation order, as the plugin numbers them."""
         edits = default_claim_edits(self.driver_name, claim_uid, allocated)
-        addresses = [
-            str(device.attributes.get("resource.kubernetes.io/pciBusID", "")) for _, device in allocated
-        ]
+        addresses = [str(device.attributes[STANDARD_PCI_BUS_ID]) for _, device in allocated]
         return [
-            replace(edit, env=(f"QAT{index}={address}",)) if address else edit
+            replace(edit, env=(f"QAT{index}={address}",))
             for index, (edit, address) in enumerate(zip(edits, addresses, strict=True), start=1)
         ]
 
