@@ -99,7 +99,7 @@ def test_pod_claim_names_skip_claims_not_generated_yet() -> None:
 def _prepared(uid: str) -> PreparedClaim:
     device = PreparedDevice(("gpu",), "node", "card0", (f"k8s.gpu.intel.com/claim={uid}-card0",))
     return PreparedClaim(
-        ClaimRef("default", f"claim-{uid}", uid), (device,), (f"k8s.gpu.intel.com-claim_{uid}.yaml",)
+        ClaimRef("default", f"claim-{uid}", uid), (device,), (f"k8s.gpu.intel.com-claim_{uid}.json",)
     )
 
 
@@ -115,15 +115,15 @@ def test_leftovers_name_the_cdi_specs_and_checkpoint_entries_of_the_claims_asked
         checkpoint.encode(driver, {"u1": _prepared("u1"), "u2": _prepared("u2")})
     )
     layout.cdi_run_dir.mkdir(parents=True)
-    (layout.cdi_run_dir / "k8s.gpu.intel.com-claim_u1.yaml").write_text("{}")
+    (layout.cdi_run_dir / "k8s.gpu.intel.com-claim_u1.json").write_text("{}")
     (layout.cdi_run_dir / "intel.com-gpu.yaml").write_text("{}")  # a device plugin's, not the driver's
     assert checkpoint_claims(layout.plugins_dir, driver) == {"u1", "u2"}
     assert leftovers(layout, driver, ["u1"]) == [
-        f"CDI spec {layout.cdi_run_dir / 'k8s.gpu.intel.com-claim_u1.yaml'}",
+        f"CDI spec {layout.cdi_run_dir / 'k8s.gpu.intel.com-claim_u1.json'}",
         f"checkpoint entry u1 in {layout.plugins_dir / driver / checkpoint.FILE_NAME}",
     ]
     assert [item.split()[0:3] for item in leftovers(layout, driver)] == [
-        ["CDI", "spec", str(layout.cdi_run_dir / "k8s.gpu.intel.com-claim_u1.yaml")],
+        ["CDI", "spec", str(layout.cdi_run_dir / "k8s.gpu.intel.com-claim_u1.json")],
         ["checkpoint", "entry", "u1"],
         ["checkpoint", "entry", "u2"],
     ]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from intel_device_plugins.dra.prepare import spec_file_name
 from intel_device_plugins.sim import gpu
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.node import build_node, parse_node_spec
@@ -272,7 +273,7 @@ def test_claim_gets_exactly_its_card_through_cdi(driver: DraDriver, client: Kube
             assert pool == NODE, claim["status"]["allocation"]
             uid = claim["metadata"]["uid"]
             # What containerd delivered: the per-claim spec the driver wrote, and nothing else of it.
-            spec_file = f"k8s.{DRIVER}-claim_{uid}.yaml"
+            spec_file = spec_file_name(DRIVER, uid)
             assert claim_cdi_files(node.layout.cdi_run_dir, DRIVER) == [spec_file], (
                 f"CDI specs of {DRIVER} in {node.layout.cdi_run_dir}"
             )

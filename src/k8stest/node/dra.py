@@ -325,8 +325,9 @@ def allocated_devices(claim: Mapping[str, Any]) -> list[str]:
 
 
 def claim_cdi_files(cdi_dir: Path, driver: str) -> list[str]:
-    """The per-claim CDI spec files of ``driver`` in a node's CDI directory (host side)."""
-    return sorted(p.name for p in cdi_dir.glob(f"k8s.{driver}-claim_*.yaml"))
+    """The files of ``driver``'s per-claim CDI kind in a node's CDI directory (host side), whatever
+    their extension (the specs are JSON; a temporary file left behind counts too)."""
+    return sorted(p.name for p in cdi_dir.glob(f"k8s.{driver}-claim_*"))
 
 
 def checkpoint_claims(plugins_dir: Path, driver: str) -> set[str]:
@@ -345,7 +346,7 @@ def leftovers(node_layout: NodeLayout, driver: str, claim_uids: Sequence[str] = 
     files and checkpoint entries, each named."""
     found = []
     for name in claim_cdi_files(node_layout.cdi_run_dir, driver):
-        uid = name.removeprefix(f"k8s.{driver}-claim_").removesuffix(".yaml")
+        uid = name.removeprefix(f"k8s.{driver}-claim_").split(".", 1)[0]
         if not claim_uids or uid in claim_uids:
             found.append(f"CDI spec {node_layout.cdi_run_dir / name}")
     for uid in sorted(checkpoint_claims(node_layout.plugins_dir, driver)):
