@@ -23,8 +23,8 @@ control plane's CA, so the Node authorizer applies to it as to any real kubelet.
 
 The package, by part: :mod:`.binaries`, :mod:`.config` (pure), :mod:`.controlplane`, :mod:`.trees`,
 :mod:`.certs`, :mod:`.cgroups`, :mod:`.running`, :mod:`.pods`; :mod:`.runtime` is the node's OCI
-runtime wrapper; :mod:`.plugins`, :mod:`.operator` and :mod:`.fixtures` serve tests; :mod:`.cli` is
-``python -m k8stest node``.
+runtime wrapper; :mod:`.plugins`, :mod:`.operator`, :mod:`.dra`, :mod:`.dradriver` and
+:mod:`.fixtures` serve tests; :mod:`.cli` is ``python -m k8stest node``.
 """
 
 from __future__ import annotations
