@@ -20,9 +20,9 @@ pytestmark = pytest.mark.k8s
 
 NAMESPACE = "intel-gpu-dra-driver"
 ACCOUNT = "intel-gpu-dra-driver"
-# The same driver identity as the operator installation names it (deploy/operator/rbac/gpu_dra_driver.yaml).
+# The same driver identity as the operator installation names it (deploy/operator/rbac/dra_driver.yaml).
 OPERATOR_NAMESPACE = "inteldeviceplugins-system"
-OPERATOR_ACCOUNT = "intel-deviceplugins-gpu-dra-driver"
+OPERATOR_ACCOUNT = "intel-deviceplugins-dra-driver"
 IDENTITIES = {"standalone": (NAMESPACE, ACCOUNT), "operator": (OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)}
 DRIVER = "gpu.intel.com"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -38,7 +38,7 @@ def rendered(kubectl: Kubectl, *path: str) -> list[JSON]:
 
 def operator_driver_objects(kubectl: Kubectl) -> list[JSON]:
     """What the operator installation ships for its GPU DRA driver pods."""
-    return [d for d in rendered(kubectl, "operator", "default") if "gpu-dra-driver" in d["metadata"]["name"]]
+    return [d for d in rendered(kubectl, "operator", "default") if "dra-driver" in d["metadata"]["name"]]
 
 
 def slice_for(name: str, node: str | None) -> JSON:

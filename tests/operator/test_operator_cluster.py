@@ -34,7 +34,7 @@ from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import wait_daemonset_ready
 from k8stest.operatorinstall import (
     FPGA_PLUGIN_SA,
-    GPU_DRA_DRIVER_SA,
+    DRA_DRIVER_SA,
     NS,
     SA,
     SECRET,
@@ -636,13 +636,13 @@ def test_gpu_cr_switches_between_plugin_and_dra_driver(
     crs(DeviceKind.GPU, pool, {"nodeSelector": {TEST_LABEL: pool}, "deployAs": "DRADriver"})
     ds = wait_daemonset_ready(admin, NS, DeviceKind.GPU.daemonset_name(pool), expected=1, timeout=120)
     pod_spec = ds["spec"]["template"]["spec"]
-    assert pod_spec["serviceAccountName"] == GPU_DRA_DRIVER_SA
+    assert pod_spec["serviceAccountName"] == DRA_DRIVER_SA
     assert pod_spec["containers"][0]["command"] == ["intel_gpu_dra_driver"]
     assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     eventually("the CR's status", lambda: status_matches(admin, DeviceKind.GPU, pool, {node}))
     policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
-    policy = f"{policies}/{GPU_DRA_DRIVER_SA}-resourceslices"
-    assert GPU_DRA_DRIVER_SA in admin.get(policy)["spec"]["matchConditions"][0]["expression"]
+    policy = f"{policies}/{DRA_DRIVER_SA}-resourceslices"
+    assert DRA_DRIVER_SA in admin.get(policy)["spec"]["matchConditions"][0]["expression"]
     # A plugin-only field is refused by the webhook, naming it.
     with pytest.raises(ApiError) as info:
         admin.merge_patch(cr_path(DeviceKind.GPU, pool), {"spec": {"sharedDevNum": 2}})

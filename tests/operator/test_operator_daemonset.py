@@ -482,7 +482,7 @@ def test_iaa_always_selects_amd64(selector: dict[str, str], expected: dict[str, 
 
 
 STANDALONE_GPU_DRA = ROOT / "deploy" / "dra" / "gpu" / "daemonset.yaml"
-DRA_SA = "intel-deviceplugins-gpu-dra-driver"
+DRA_SA = "intel-deviceplugins-dra-driver"
 
 
 def dra(spec: dict[str, Any], service_account: str = DRA_SA) -> dict[str, Any]:

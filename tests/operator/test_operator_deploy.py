@@ -113,7 +113,7 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
     crs = next(r for r in cluster if "gpudeviceplugins" in r.get("resources", []))
     assert set(crs["verbs"]) == {"get", "list", "watch"}
     fpga_sa = "intel-deviceplugins-fpga-plugin"
-    dra_sa = "intel-deviceplugins-gpu-dra-driver"
+    dra_sa = "intel-deviceplugins-dra-driver"
     for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
         (subject,) = binding["subjects"]
         assert subject["name"] in ("intel-deviceplugins-controller-manager", fpga_sa, dra_sa)
