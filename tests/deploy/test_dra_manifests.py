@@ -14,6 +14,10 @@ import pytest
 import yaml
 
 from intel_device_plugins.dra.classes import device_class
+from intel_device_plugins.operator import images
+from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
+from intel_device_plugins.operator.kinds import DeviceKind
+from intel_device_plugins.operator.model import parse_spec
 from intel_device_plugins.plugins.gpu.dra import GPU_DEVICE_CLASSES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,3 +68,25 @@ def test_generated_files_are_current(tmp_path: Path) -> None:
     assert written
     for rel in written:
         assert (ROOT / rel).read_bytes() == (tmp_path / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("kind", list(DeviceKind), ids=lambda k: k.value)
+def test_standalone_driver_pod_is_the_operators(kubectl: Path, kind: DeviceKind) -> None:
+    """deploy/dra/<kind> runs the pod the operator runs for a CR of the kind that says only deployAs:
+    DRADriver (and this project's node image), under the standalone install's own ServiceAccount."""
+    out = subprocess.run(
+        [str(kubectl), "kustomize", str(DEPLOY / "dra" / kind.value)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (standalone,) = (d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "DaemonSet")
+    spec = parse_spec(kind, {"image": images.node_image(), "deployAs": "DRADriver"})
+    operator = desired_daemonset(
+        spec, Owner(kind, "sample", "uid-1"), "ns", dra_service_account=kind.dra_driver_base
+    )
+    pod = operator["spec"]["template"]["spec"]
+    # The deprecated alias matters only to a DaemonSet that switches between plugin and driver.
+    assert pod.pop("serviceAccount") == pod["serviceAccountName"]
+    assert standalone["spec"]["template"]["spec"] == pod
+    assert standalone["spec"]["updateStrategy"] == operator["spec"]["updateStrategy"]

@@ -33,8 +33,8 @@ from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import wait_daemonset_ready
 from k8stest.operatorinstall import (
-    FPGA_PLUGIN_SA,
     DRA_DRIVER_SA,
+    FPGA_PLUGIN_SA,
     NS,
     SA,
     SECRET,

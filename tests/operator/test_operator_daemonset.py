@@ -481,7 +481,6 @@ def test_iaa_always_selects_amd64(selector: dict[str, str], expected: dict[str, 
         assert pod(build(DeviceKind.DSA, {"nodeSelector": selector}))["nodeSelector"] == selector
 
 
-STANDALONE_GPU_DRA = ROOT / "deploy" / "dra" / "gpu" / "daemonset.yaml"
 DRA_SA = "intel-deviceplugins-dra-driver"
 
 
@@ -543,12 +542,3 @@ def test_dra_driver_keeps_the_crs_selector_tolerations_and_nfd_hook() -> None:
     assert pod(ds)["tolerations"] == [{"operator": "Exists"}]
     (init,) = pod(ds)["initContainers"]
     assert init["name"] == "intel-gpu-initcontainer" and "nfd-sources" in volumes(ds)
-
-
-def test_standalone_dra_driver_pod_is_the_operators() -> None:
-    standalone = yaml.safe_load(STANDALONE_GPU_DRA.read_text())
-    operator = pod(dra({}, service_account="intel-gpu-dra-driver"))
-    # The deprecated alias matters only to a DaemonSet that switches between plugin and driver.
-    assert operator.pop("serviceAccount") == operator["serviceAccountName"]
-    assert pod(standalone) == operator
-    assert standalone["spec"]["updateStrategy"] == dra({})["spec"]["updateStrategy"]

@@ -17,7 +17,12 @@ from k8stest.binaries import find_binaries, in_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-KUSTOMIZE_DIRS = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+# Components (kind: Component) render only as part of a kustomization that uses them.
+KUSTOMIZE_DIRS = sorted(
+    p.parent
+    for p in DEPLOY.rglob("kustomization.yaml")
+    if yaml.safe_load(p.read_text()).get("kind") != "Component"
+)
 
 
 @cache

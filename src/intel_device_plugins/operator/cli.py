@@ -168,7 +168,8 @@ async def amain(
                 env.get("DEVICEPLUGIN_SECRET", ""),
                 workers=opts.workers,
                 fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
-                dra_service_account=env.get(DRA_SERVICE_ACCOUNT_ENV) or env.get(OLD_DRA_SERVICE_ACCOUNT_ENV, ""),
+                dra_service_account=env.get(DRA_SERVICE_ACCOUNT_ENV)
+                or env.get(OLD_DRA_SERVICE_ACCOUNT_ENV, ""),
                 combined=combined_mode(opts.combined_plugin_process, env),
                 identity=identity(env),
             )
