@@ -78,3 +78,35 @@ def test_the_operator_sets_only_flags_the_plugins_share_by_name() -> None:
         assert flags <= shared, (kind, flags - shared)
         emitted |= flags
     assert len(emitted) > 10
+
+
+# The DRA driver binaries whose parsers exist; a kind's driver joins when its binary lands.
+DRA_CLIS = {DeviceKind.GPU: "intel_device_plugins.plugins.gpu.dracli"}
+
+
+@pytest.mark.parametrize("kind", sorted(DRA_CLIS, key=lambda k: k.value), ids=lambda k: k.value)
+def test_dra_driver_parses_the_operators_arguments(kind: DeviceKind, monkeypatch: pytest.MonkeyPatch) -> None:
+    fields = {"logLevel": 4, "image": "intel-device-plugins/intel-device-plugins-node:0.1.0"}
+    spec = parse_spec(kind, {**fields, "deployAs": "DRADriver"})
+    ds = desired_daemonset(spec, Owner(kind, "sample", "uid-1"), "ns", dra_service_account="sa")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    monkeypatch.setenv("NODE_NAME", "worker-1")
+    args = importlib.import_module(DRA_CLIS[kind]).build_parser().parse_args(container["args"])
+    assert args.verbosity == 4
+    assert (args.cdi_root, args.kubelet_plugins_directory_path) == (
+        "/var/run/cdi",
+        "/var/lib/kubelet/plugins",
+    )
+
+
+def test_dra_drivers_get_only_flags_shared_by_name() -> None:
+    """The kinds' own DRA flags are the plugins' names (QAT's devices, FPGA's mode), from flagnames.py."""
+    shared = {flagnames.flag(v) for n, v in vars(flagnames).items() if n.isupper() and isinstance(v, str)}
+    emitted: set[str] = set()
+    for kind, (fields, _) in SPECS.items():
+        spec = parse_spec(kind, {**fields, "deployAs": "DRADriver"})
+        pod = desired_daemonset(spec, Owner(kind, "s", "u"), "ns")["spec"]["template"]["spec"]
+        flags = {a for a in pod["containers"][0]["args"] if a.startswith("-")} - {"-v"}
+        assert flags <= shared, (kind, flags - shared)
+        emitted |= flags
+    assert {"-dpdk-driver", "-kernel-vf-drivers", "-max-num-devices", "-mode"} <= emitted
