@@ -2,10 +2,11 @@
 
 Usage: python tools/gendeviceclasses.py [OUTPUT_ROOT]
 
-Writes ``deploy/dra/<kind>/deviceclasses/`` (kustomize) and ``charts/intel-dra-driver/deviceclasses/<kind>.yaml``
-(the chart reads them with ``.Files.Get``) below OUTPUT_ROOT, which defaults to the repository; the staleness
-test passes a temporary directory and compares. A kind whose module has no class table yet gets none, and the
-tool says so: its installation then ships the driver alone.
+Writes ``deploy/dra/<kind>/deviceclasses/`` (kustomize) and
+``charts/intel-dra-driver/deviceclasses/<kind>.yaml`` (the chart reads them with ``.Files.Get``) below
+OUTPUT_ROOT, which defaults to the repository; the staleness test passes a temporary directory and compares.
+A kind whose module has no class table yet gets none, and the tool says so: its installation then ships the
+driver alone.
 """
 
 from __future__ import annotations

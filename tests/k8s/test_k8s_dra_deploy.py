@@ -114,9 +114,7 @@ def installed(k8s_binaries: Binaries, k8s_control_plane: ControlPlane) -> Iterat
         admin.close()
 
 
-def pod_on(
-    admin: KubeClient, name: str, node: str, identity: tuple[str, str] = IDENTITIES["gpu"]
-) -> JSON:
+def pod_on(admin: KubeClient, name: str, node: str, identity: tuple[str, str] = IDENTITIES["gpu"]) -> JSON:
     """A pod of the driver's ServiceAccount bound to ``node`` (kwok runs it)."""
     namespace, account = identity
     return admin.create(
