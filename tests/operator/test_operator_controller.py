@@ -630,3 +630,14 @@ def test_setting_from_flag_and_env() -> None:
         assert "DEVICEPLUGIN_COMBINED" in str(exc)
     else:
         raise AssertionError("a bad DEVICEPLUGIN_COMBINED must be refused")
+
+
+def test_the_dra_service_account_is_read_under_its_current_and_its_old_name() -> None:
+    assert (
+        cli.dra_service_account(
+            {"DRA_DRIVER_SERVICE_ACCOUNT": "new", "GPU_DRA_DRIVER_SERVICE_ACCOUNT": "old"}
+        )
+        == "new"
+    )
+    assert cli.dra_service_account({"GPU_DRA_DRIVER_SERVICE_ACCOUNT": "old"}) == "old"
+    assert cli.dra_service_account({}) == ""

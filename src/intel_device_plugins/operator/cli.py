@@ -119,6 +119,11 @@ def image_env(env: Mapping[str, str], plugin_image: str = "") -> dict[str, str]:
     return out
 
 
+def dra_service_account(env: Mapping[str, str]) -> str:
+    """The DRA drivers' ServiceAccount from the manager's environment, under its current or its old name."""
+    return env.get(DRA_SERVICE_ACCOUNT_ENV) or env.get(OLD_DRA_SERVICE_ACCOUNT_ENV, "")
+
+
 def combined_mode(flag: bool, env: Mapping[str, str]) -> bool:
     """One plugin process per node: the flag, or env ``DEVICEPLUGIN_COMBINED`` (a Go boolean) when set."""
     raw = env.get("DEVICEPLUGIN_COMBINED", "")
@@ -168,8 +173,7 @@ async def amain(
                 env.get("DEVICEPLUGIN_SECRET", ""),
                 workers=opts.workers,
                 fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
-                dra_service_account=env.get(DRA_SERVICE_ACCOUNT_ENV)
-                or env.get(OLD_DRA_SERVICE_ACCOUNT_ENV, ""),
+                dra_service_account=dra_service_account(env),
                 combined=combined_mode(opts.combined_plugin_process, env),
                 identity=identity(env),
             )
