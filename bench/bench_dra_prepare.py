@@ -44,7 +44,7 @@ from plugin_bench import Latency, Target, interleaved_latencies
 from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Mount
 from intel_device_plugins.dra.api import dra_v1_pb2 as pb
 from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
-from intel_device_plugins.dra.checkpoint import Checkpoint
+from intel_device_plugins.dra.checkpoint import Checkpoint, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import AllocatedDevice, Device, Inventory
 from intel_device_plugins.dra.profile import default_claim_edits
@@ -122,7 +122,7 @@ async def serve(workdir: Path, cdi_dir: Path) -> None:
         profile.scan,
         get_claim,
         NODE,
-        Checkpoint.for_driver(workdir / "plugins", DRIVER),
+        Checkpoint.for_driver(workdir / "plugins", DRIVER, sync_appends=not is_volatile(cdi_dir)),
         cdi_dir,
     )
     server = grpc.aio.server()

@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError, decode, encode
+from intel_device_plugins.dra.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    decode,
+    encode,
+    file_system_type,
+    forget_vanished,
+    is_volatile,
+)
 from intel_device_plugins.dra.model import ClaimRef, PreparedClaim, PreparedDevice
 from tests.dra.draclaims import DRIVER
 
@@ -43,7 +51,7 @@ def _claim(uid: str, devices: tuple[PreparedDevice, ...] = (), files: tuple[str,
 
 @given(st.dictionaries(_uids, st.lists(_device, max_size=3).map(tuple), max_size=5))
 def test_encode_decode_round_trip(entries: dict[str, tuple[PreparedDevice, ...]]) -> None:
-    claims = {uid: _claim(uid, devices, (f"k8s.x-claim_{uid}.yaml",)) for uid, devices in entries.items()}
+    claims = {uid: _claim(uid, devices, (f"k8s.x-claim_{uid}.json",)) for uid, devices in entries.items()}
     assert decode(encode(DRIVER, claims), "mem", DRIVER) == claims
 
 
@@ -153,3 +161,54 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> No
     assert checkpoint.path.read_bytes() == before
     assert Checkpoint(checkpoint.path, DRIVER).load() == {"a": _claim("a")}
     assert sorted(p.name for p in checkpoint.path.parent.iterdir()) == ["checkpoint.json"]
+
+
+def test_appends_sync_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for sync, name in ((True, "durable"), (False, "volatile")):
+        synced: list[int] = []
+        monkeypatch.setattr("os.fdatasync", synced.append)
+        checkpoint = Checkpoint(tmp_path / name / "checkpoint.json", DRIVER, sync_appends=sync)
+        checkpoint.update(_add("a"))  # the first change writes the file whole (fsync, rename)
+        checkpoint.update(_add("b"))  # later ones append
+        assert set(Checkpoint(checkpoint.path, DRIVER).load()) == {"a", "b"}
+        assert len(synced) == int(sync), name
+
+
+def test_claims_whose_specs_vanished_are_forgotten(tmp_path: Path) -> None:
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    (cdi / "kept.yaml").write_text("x")
+    claims = {
+        "kept": _claim("kept", files=("kept.yaml",)),
+        "gone": _claim("gone", files=("gone.yaml",)),
+        "none": _claim("none"),
+    }
+    assert set(forget_vanished(claims, cdi)) == {"kept", "none"}
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+25 22 0:21 / /run rw,nosuid shared:5 - tmpfs tmpfs rw,mode=755
+26 22 0:22 / /var/lib/kubelet rw shared:6 - ext4 /dev/sdb1 rw
+27 25 0:23 / /run/my\\040dir rw shared:7 - ramfs none rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "fs_type"),
+    [
+        ("/var/run-not/cdi", "ext4"),
+        ("/run/cdi", "tmpfs"),
+        ("/run", "tmpfs"),
+        ("/var/lib/kubelet/plugins/x", "ext4"),
+        ("/run/my dir/cdi", "ramfs"),
+        ("/etc/cdi", "ext4"),
+    ],
+)
+def test_the_file_system_of_a_path_is_its_deepest_mount(path: str, fs_type: str) -> None:
+    assert file_system_type(Path(path), MOUNTINFO) == fs_type
+
+
+def test_a_tmpfs_directory_is_volatile_and_a_disk_one_is_not() -> None:
+    assert is_volatile(Path("/dev/shm")) is True
+    assert is_volatile(Path(__file__).parent / "not-created-yet") is False, "the checkout is on a disk"

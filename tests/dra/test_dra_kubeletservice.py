@@ -157,7 +157,7 @@ async def test_prepare_twice_gives_the_same_answer_and_reads_the_claim_once(root
     )
     assert first.claims[UID_A].devices[1].HasField("share_id") is False
     assert api.reads == 1
-    spec = yaml.safe_load((d.cdi_dir / f"k8s.{DRIVER}-claim_{UID_A}.yaml").read_text())
+    spec = yaml.safe_load((d.cdi_dir / f"k8s.{DRIVER}-claim_{UID_A}.json").read_text())
     assert spec["kind"] == KIND and [x["name"] for x in spec["devices"]] == [
         f"{UID_A}-card1",
         f"{UID_A}-card0",
@@ -181,8 +181,8 @@ async def test_unprepare_removes_exactly_the_claims_spec_file(root: Path) -> Non
             )
             assert dict(response.claims) == {UID_A: pb.NodeUnprepareResourceResponse(error="")}
         after = sorted(p.name for p in d.cdi_dir.iterdir())
-        assert set(before) - set(after) == {f"k8s.{DRIVER}-claim_{UID_A}.yaml"}
-        assert set(after) == {unrelated.name, f"k8s.{DRIVER}-claim_{UID_B}.yaml"}
+        assert set(before) - set(after) == {f"k8s.{DRIVER}-claim_{UID_A}.json"}
+        assert set(after) == {unrelated.name, f"k8s.{DRIVER}-claim_{UID_B}.json"}
         assert set(d.service.checkpoint.load()) == {UID_B}
 
 
@@ -222,7 +222,7 @@ async def test_claims_in_one_call_fail_independently_naming_the_device(root: Pat
         assert "cannot read ResourceClaim ns/nowhere" in response.claims[missing.uid].error
         assert "not found" in response.claims[missing.uid].error
         assert set(d.service.checkpoint.load()) == {UID_A}
-        assert [p.name for p in d.cdi_dir.iterdir()] == [f"k8s.{DRIVER}-claim_{UID_A}.yaml"]
+        assert [p.name for p in d.cdi_dir.iterdir()] == [f"k8s.{DRIVER}-claim_{UID_A}.json"]
 
 
 async def test_a_deleted_spec_file_is_written_again_on_the_next_prepare(root: Path) -> None:
@@ -231,7 +231,7 @@ async def test_a_deleted_spec_file_is_written_again_on_the_next_prepare(root: Pa
     async with driver(root, api, Profile()) as d, kubelet(d.sockets.paths.registrar) as (channel, _):
         stub = pb_grpc.DRAPluginStub(channel)
         await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[ref]), timeout=5)
-        spec = d.cdi_dir / f"k8s.{DRIVER}-claim_{UID_A}.yaml"
+        spec = d.cdi_dir / f"k8s.{DRIVER}-claim_{UID_A}.json"
         content = spec.read_bytes()
         spec.unlink()
         await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[ref]), timeout=5)

@@ -25,7 +25,7 @@ def _allocated(*names: str, **extra: object) -> tuple[AllocatedDevice, ...]:
 
 def test_one_spec_for_the_claim_with_renamed_devices_and_env() -> None:
     plan = plan_prepare(Profile(), REF, _allocated("card1", "card0"), inventory("card0", "card1"))
-    assert plan.spec_file == f"k8s.{DRIVER}-claim_{UID}.yaml" == spec_file_name(DRIVER, UID)
+    assert plan.spec_file == f"k8s.{DRIVER}-claim_{UID}.json" == spec_file_name(DRIVER, UID)
     assert plan.spec is not None and plan.spec["kind"] == KIND
     assert [d["name"] for d in plan.spec["devices"]] == [f"{UID}-card1", f"{UID}-card0"]
     edits = plan.spec["devices"][0]["containerEdits"]

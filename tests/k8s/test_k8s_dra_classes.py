@@ -8,6 +8,7 @@ from intel_device_plugins.dra.classes import DeviceClassSpec, device_class
 from intel_device_plugins.plugins.dlb.dra import DLB_DEVICE_CLASSES
 from intel_device_plugins.plugins.fpga.dra import FPGA_DEVICE_CLASSES
 from intel_device_plugins.plugins.gpu.dra import GPU_DEVICE_CLASSES
+from intel_device_plugins.plugins.idxd.dra import DSA_DEVICE_CLASSES, IAA_DEVICE_CLASSES
 from intel_device_plugins.plugins.npu.dra import NPU_DEVICE_CLASSES
 from intel_device_plugins.plugins.qat.dra import QAT_DEVICE_CLASSES
 from intel_device_plugins.plugins.sgx.dra import SGX_DEVICE_CLASSES
@@ -17,8 +18,10 @@ pytestmark = pytest.mark.k8s
 
 CLASSES = (
     *DLB_DEVICE_CLASSES,
+    *DSA_DEVICE_CLASSES,
     *FPGA_DEVICE_CLASSES,
     *GPU_DEVICE_CLASSES,
+    *IAA_DEVICE_CLASSES,
     *NPU_DEVICE_CLASSES,
     *QAT_DEVICE_CLASSES,
     *SGX_DEVICE_CLASSES,

@@ -39,6 +39,8 @@ class FakeLeases:
         self.stored: Lease | None = None
         self.version = 0
         self.down = False
+        self.gets = 0
+        self.writes = 0
 
     def _check(self) -> None:
         if self.down:
@@ -46,6 +48,7 @@ class FakeLeases:
 
     async def get(self, res: Any, name: str, *, namespace: str) -> Lease:
         self._check()
+        self.gets += 1
         if self.stored is None:
             raise _error(404)
         return copy.deepcopy(self.stored)
@@ -62,6 +65,7 @@ class FakeLeases:
 
     async def replace(self, obj: Lease) -> Lease:
         self._check()
+        self.writes += 1
         assert self.stored is not None and self.stored.metadata is not None and obj.metadata is not None
         if obj.metadata.resourceVersion != self.stored.metadata.resourceVersion:
             raise _error(409)
@@ -147,3 +151,25 @@ async def test_leader_steps_down_when_api_is_unreachable() -> None:
     store.down = True
     await asyncio.wait_for(ta, 2)
     assert cancelled.is_set() and not a.is_leader and a.lost
+
+
+async def test_the_leader_renews_without_reading_until_someone_else_writes() -> None:
+    store = FakeLeases()
+    a = elector(store, "a")
+    assert await a.try_acquire_or_renew()  # created
+    assert store.gets == 1
+    for _ in range(3):
+        assert await a.try_acquire_or_renew()
+    assert (store.gets, store.writes) == (1, 3)  # one request per renewal
+    assert store.stored is not None and store.stored.spec is not None
+    assert store.stored.spec.holderIdentity == "a" and store.stored.spec.leaseTransitions == 0
+    taken = copy.deepcopy(store.stored)  # another replica takes the Lease over (say, after a pause)
+    assert taken.spec is not None and taken.metadata is not None
+    taken.spec.holderIdentity = "b"
+    store.version += 1
+    taken.metadata.resourceVersion = str(store.version)
+    store.stored = taken
+    assert not await a.try_acquire_or_renew()  # the replace conflicts: read, and b's Lease is still valid
+    assert store.gets == 2 and store.stored.spec is not None and store.stored.spec.holderIdentity == "b"
+    assert not await a.try_acquire_or_renew()
+    assert store.gets == 3  # no longer the leader: reads every round again

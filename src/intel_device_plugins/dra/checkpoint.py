@@ -4,8 +4,9 @@ answer a repeated prepare identically and unprepare what an earlier process prep
 One file per driver, ``<plugins dir>/<driver>/checkpoint.json``, in JSON lines: a header naming the
 version and the driver, then records, each one line: ``{"prepared": {...claim...}}`` or
 ``{"unprepared": "<uid>"}``; the last record for a UID wins. A change appends its records in one
-``write`` and ``fdatasync``s before the call is answered: a tenth of what rewriting the file (temporary
-file, fsync, rename) costs on a journalling file system, where the rename waits for the data. When
+``write`` and, where the prepared state outlives the machine (``sync_appends``), ``fdatasync``s before
+the call is answered: a tenth of what rewriting the file (temporary file, fsync, rename) costs on a
+journalling file system, where the rename waits for the data. When
 records outnumber the claims (more than twice, plus 64), the file is rewritten whole and atomically
 (temporary file, fsync, rename, as the kubelet's own checkpoint store writes), so it stays bounded.
 
@@ -200,15 +201,18 @@ def compaction_due(records: int, claims: int) -> bool:
 class Checkpoint:
     """The checkpoint file of one driver. Reads and writes block briefly; callers run them inline."""
 
-    def __init__(self, path: Path, driver: str) -> None:
+    def __init__(self, path: Path, driver: str, *, sync_appends: bool = True) -> None:
         self.path = path
         self.driver = driver
+        self.sync_appends = sync_appends
+        """``False`` where what the records describe does not outlive the machine (CDI specs on a tmpfs):
+        a record then only has to outlive the driver process, which the page cache sees to."""
         self._seen: _Seen | None = None
 
     @classmethod
-    def for_driver(cls, plugins_dir: Path, driver: str) -> Checkpoint:
+    def for_driver(cls, plugins_dir: Path, driver: str, *, sync_appends: bool = True) -> Checkpoint:
         """``<plugins dir>/<driver>/checkpoint.json``, the directory the kubelet gives the driver."""
-        return cls(plugins_dir / driver / FILE_NAME, driver)
+        return cls(plugins_dir / driver / FILE_NAME, driver, sync_appends=sync_appends)
 
     def _identity(self, fd: int | None = None) -> Identity | None:
         try:
@@ -273,7 +277,8 @@ class Checkpoint:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
             try:
                 _write_all(fd, records)
-                os.fdatasync(fd)
+                if self.sync_appends:
+                    os.fdatasync(fd)
                 identity = self._identity(fd)
             finally:
                 os.close(fd)
@@ -319,6 +324,52 @@ class Checkpoint:
             else:
                 self._append(seen, after, records)
             return dict(after)
+
+
+def forget_vanished(claims: dict[str, PreparedClaim], cdi_dir: Path) -> dict[str, PreparedClaim]:
+    """The claims whose CDI spec files still exist (claims that wrote none stay).
+
+    Run when a driver starts: a claim whose specs are gone was prepared before the machine restarted
+    (the specs lived on a tmpfs) or its specs were removed by hand; either way nothing of it is left to
+    undo, and the kubelet prepares it afresh if a pod still needs it. Without this, an unprepare
+    record lost with the machine would keep its claim in the file for good.
+    """
+    return {
+        uid: claim
+        for uid, claim in claims.items()
+        if not claim.cdi_spec_files or any((cdi_dir / name).exists() for name in claim.cdi_spec_files)
+    }
+
+
+VOLATILE_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs"})
+
+
+def file_system_type(path: Path, mountinfo: str) -> str | None:
+    """The type of the file system ``path`` (absolute, resolved) is on, from ``/proc/self/mountinfo`` text."""
+    best, best_type = "", None
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if " - " not in line or len(fields) < 5:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        fs_type = line.split(" - ", 1)[1].split(" ", 1)[0]
+        inside = (
+            mount_point == "/"
+            or os.fspath(path) == mount_point
+            or os.fspath(path).startswith(mount_point + "/")
+        )
+        if inside and len(mount_point) >= len(best):
+            best, best_type = mount_point, fs_type
+    return best_type
+
+
+def is_volatile(directory: Path) -> bool:
+    """``directory`` (or, while it does not exist yet, its nearest existing parent) is on a tmpfs/ramfs."""
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False  # unknown: treat as persistent, the safe side
+    return file_system_type(Path(os.path.realpath(directory)), mountinfo) in VOLATILE_FILE_SYSTEMS
 
 
 def _write_all(fd: int, content: bytes) -> None:

@@ -27,7 +27,8 @@ from intel_device_plugins.dra.driver import (
     DEFAULT_EVENT_RESCAN_INTERVAL,
     DEFAULT_POLL_INTERVAL,
     DriverConfig,
-    serve_driver,
+    DriverFailed,
+    serve_drivers,
 )
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.registration import UNIX_PATH_MAX, SocketPaths
@@ -39,6 +40,8 @@ DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 NODE_NAME_ENV = "NODE_NAME"
 POD_UID_ENV = "POD_UID"
+COMBINED_FIELD_MANAGER = "intel-dra-drivers"
+"""The API field manager of a process serving several drivers (one serving one uses the driver's name)."""
 
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 """A Node's name is a DNS subdomain (at most 253 characters)."""
@@ -95,6 +98,30 @@ def new_driver_parser(
     return parser
 
 
+SHARED_FLAGS = (
+    "node-name",
+    "cdi-root",
+    "kubelet-registrar-directory-path",
+    "kubelet-plugins-directory-path",
+    "kubeconfig",
+    "pod-uid",
+    "prefix",
+    "scan-interval",
+    "uevent-dir",
+)
+"""The flags of :func:`new_driver_parser` besides ``-v``: one value for all drivers of a process."""
+
+
+def shared_argv(args: argparse.Namespace) -> list[str]:
+    """The shared flags' parsed values as a command line, for a driver's own parser to take again."""
+    argv = [f"-v={args.verbosity}"]
+    for flag in SHARED_FLAGS:
+        value = getattr(args, flag.replace("-", "_"))
+        if value is not None:
+            argv.append(f"-{flag}={value}")
+    return argv
+
+
 def driver_config(args: argparse.Namespace) -> DriverConfig:
     """The driver's settings from the shared flags; ``ValueError`` names the flag that is wrong."""
     node = args.node_name
@@ -139,10 +166,11 @@ def load_kube_config(kubeconfig: str) -> KubeConfig:
         raise ValueError(f"{where}: {error}") from error
 
 
-async def _serve(profile: DriverProfile, config: DriverConfig, kube_config: KubeConfig) -> None:
-    client = AsyncClient(config=kube_config, field_manager=profile.driver_name, trust_env=False)
+async def _serve(profiles: Sequence[DriverProfile], config: DriverConfig, kube_config: KubeConfig) -> None:
+    manager = profiles[0].driver_name if len(profiles) == 1 else COMBINED_FIELD_MANAGER
+    client = AsyncClient(config=kube_config, field_manager=manager, trust_env=False)
     try:
-        await serve_driver(profile, config, client)
+        await serve_drivers(profiles, config, client)
     finally:
         await client.close()
 
@@ -154,23 +182,35 @@ def run_driver_command(
 ) -> int:
     """Parse, check and build everything, then run the driver until signalled; the body of every
     DRA driver's ``main``. Anything wrong before the start is reported like a bad flag (exit code 2)."""
+    return run_drivers_command(parser, lambda args: (build_profile(args),), argv)
+
+
+def run_drivers_command(
+    parser: GoFlagParser,
+    build_profiles: Callable[[argparse.Namespace], Sequence[DriverProfile]],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """:func:`run_driver_command` for one or more drivers in one process (``intel_dra_drivers``)."""
     args = parser.parse_args(argv)
     configure_logging(args.verbosity)
     try:
         config = driver_config(args)
-        profile = build_profile(args)
-        check_socket_paths(
-            SocketPaths.for_instance(
-                config.registrar_dir, config.plugins_dir, profile.driver_name, config.instance_uid
+        profiles = build_profiles(args)
+        for profile in profiles:
+            check_socket_paths(
+                SocketPaths.for_instance(
+                    config.registrar_dir, config.plugins_dir, profile.driver_name, config.instance_uid
+                )
             )
-        )
         kube_config = load_kube_config(args.kubeconfig)
     except ValueError as error:
         parser.error(str(error))
     try:
-        asyncio.run(_serve(profile, config, kube_config))
+        asyncio.run(_serve(profiles, config, kube_config))
     except Exception as error:  # a server that cannot start (a socket in use): one line, not a trace
-        log.error("%s cannot run: %s", profile.driver_name, error, exc_info=args.verbosity >= DEBUG_FROM)
+        names = ", ".join(profile.driver_name for profile in profiles)
+        message = str(error) if isinstance(error, DriverFailed) else f"{names} cannot run: {error}"
+        log.error("%s", message, exc_info=args.verbosity >= DEBUG_FROM)
         exit_leaving_stuck_threads(1)
         return 1
     exit_leaving_stuck_threads(0)

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,7 +33,7 @@ from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryW
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.deviceplugin.scanworker import ScanWorker
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
-from intel_device_plugins.dra.checkpoint import Checkpoint
+from intel_device_plugins.dra.checkpoint import Checkpoint, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
@@ -406,14 +406,11 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
         return claim.to_dict()
 
     def build(inventory: Callable[[], Inventory]) -> DriverParts:
-        service = KubeletService(
-            profile,
-            inventory,
-            get_claim,
-            config.node_name,
-            Checkpoint.for_driver(config.plugins_dir, driver),
-            config.cdi_root,
+        checkpoint = Checkpoint.for_driver(
+            config.plugins_dir, driver, sync_appends=not is_volatile(config.cdi_root)
         )
+        checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
+        service = KubeletService(profile, inventory, get_claim, config.node_name, checkpoint, config.cdi_root)
         return DriverParts(
             publisher=SlicePublisher(client, driver, config.node_name),
             kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.add_to_server)),
@@ -423,17 +420,58 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
 
 
 async def serve_driver(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> None:
-    """Run the driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
-    build = api_parts(profile, config, client)
+    """Run one driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
+    await serve_drivers((profile,), config, client)
+
+
+class DriverFailed(Exception):
+    """One driver of a process could not run; names it, as the others' names say nothing."""
+
+    def __init__(self, driver: str, error: Exception) -> None:
+        super().__init__(f"{driver} cannot run: {error}")
+        self.driver = driver
+
+
+async def _run_until_failure(driver: DraDriver, stop: asyncio.Event) -> None:
+    """One driver of several: if it fails, the others stop too (cleanly), so the process exits."""
+    try:
+        await driver.run(stop)
+    except BaseException:
+        stop.set()
+        raise
+
+
+async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig, client: AsyncClient) -> None:
+    """Run several drivers (distinct names) on one event loop until SIGTERM or SIGINT.
+
+    They share the API client and one uevent source; each has its own scan worker, publisher,
+    registration and kubelet service, exactly as when it runs alone. A driver whose servers cannot
+    start stops all, and its error is raised after every other driver has shut down.
+    """
+    names = [profile.driver_name for profile in profiles]
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"drivers must be given once each and at least one: {', '.join(names) or 'none'}")
+    builds = [api_parts(profile, config, client) for profile in profiles]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    hub = UeventHub.for_directory(config.uevent_dir) if profile.uevent_subsystems() else None
+    wants_uevents = any(profile.uevent_subsystems() for profile in profiles)
+    hub = UeventHub.for_directory(config.uevent_dir) if wants_uevents else None
     if hub is not None and not hub.start():
-        log.info("%s: no kernel device events; scans follow inotify and the timer", profile.driver_name)
+        log.info("%s: no kernel device events; scans follow inotify and the timer", ", ".join(names))
     try:
-        await DraDriver(profile, config, build, hub).run(stop)
+        drivers = [
+            DraDriver(profile, config, build, hub) for profile, build in zip(profiles, builds, strict=True)
+        ]
+        results = await asyncio.gather(
+            *(_run_until_failure(driver, stop) for driver in drivers), return_exceptions=True
+        )
+        for driver, result in zip(drivers, results, strict=True):
+            if isinstance(result, Exception):
+                raise DriverFailed(driver.profile.driver_name, result) from result
+            if isinstance(result, BaseException):
+                raise result
     finally:
         if hub is not None:
             hub.close()

@@ -27,8 +27,8 @@ from intel_device_plugins.dra.profile import ClaimPreparationError, DriverProfil
 
 
 def spec_file_name(driver: str, claim_uid: str) -> str:
-    """``k8s.gpu.intel.com-claim_<uid>.yaml``: the claim's one CDI spec file."""
-    return f"{claim_cdi_kind(driver).replace('/', '-')}_{check_claim_uid(claim_uid)}.yaml"
+    """``k8s.gpu.intel.com-claim_<uid>.json``: the claim's one CDI spec file."""
+    return f"{claim_cdi_kind(driver).replace('/', '-')}_{check_claim_uid(claim_uid)}.json"
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,13 @@ def _holds(have: Mapping[str, Any] | None, want: Mapping[str, Any] | None) -> bo
     return all((have or {}).get(k) == v for k, v in (want or {}).items())
 
 
+def _synced(ds: Mapping[str, Any]) -> bool:
+    """Whether the DaemonSet controller has handled this DaemonSet: it has written an observedGeneration,
+    which it does in the same pass that creates the first pods (so that write always follows them)."""
+    status = ds.get("status")
+    return isinstance(status, Mapping) and status.get("observedGeneration") is not None
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -143,8 +150,10 @@ class Reconciler:
         self.queue: WorkQueue[Key] = WorkQueue()
         self.resources = cr_resources()
         self._now = now
-        # The newest CR body a watch event brought, used once instead of reading the CR again.
-        self._seen: dict[Key, dict[str, Any]] = {}
+        # The newest body of every CR the watches brought (this process's own status writes included): a
+        # reconcile reads the CR from here instead of asking the API server, and a deleted CR's siblings
+        # are found here. Relists replace a kind's entries, so a deletion a broken watch missed goes too.
+        self._crs: dict[Key, dict[str, Any]] = {}
         # resourceVersions this process wrote last (CR statuses by key, DaemonSets by name): the watch
         # events that echo them change nothing a reconcile reads, so they are not queued.
         self._own_status: dict[Key, str] = {}
@@ -167,15 +176,19 @@ class Reconciler:
         key = (kind, str(meta.get("name", "")))
         if event == "DELETED":
             self._gone.add(key)
+            self._crs.pop(key, None)
         else:
             self._gone.discard(key)
+            self._crs[key] = dict(body)
         if _echoes(event, meta, self._own_status.get(key)):
             return
-        if not self.cfg.combined:
-            self._seen[key] = dict(body)
         self.enqueue(*key)
 
     def on_cr_list(self, kind: DeviceKind, bodies: Sequence[Mapping[str, Any]]) -> None:
+        """A (re)list of a kind's CRs: those known but no longer listed were deleted unseen."""
+        listed = {str((body.get("metadata") or {}).get("name", "")) for body in bodies}
+        for key in [k for k in self._crs if k[0] is kind and k[1] not in listed]:
+            self.on_cr_event(kind, "DELETED", self._crs[key])
         for body in bodies:
             self.on_cr_event(kind, None, body)
 
@@ -285,17 +298,16 @@ class Reconciler:
             return
         self.metrics.reconciles += 1
         res = self.resources[kind]
-        seen = self._seen.pop((kind, name), None)
         if (kind, name) in self._gone:  # the watch saw it deleted: garbage collection removes the DaemonSet
-            await self._requeue_siblings(kind, exclude=name)
+            self._requeue_siblings(kind, exclude=name)
             return
         try:
-            cr: dict[str, Any] = seen if seen is not None else dict(await self.client.get(res, name))
+            cr: dict[str, Any] = self._crs.get((kind, name)) or dict(await self.client.get(res, name))
         except Exception as exc:
             if is_status(exc, 404):  # deleted: garbage collection removes the DaemonSet
                 self._own_status.pop((kind, name), None)
                 self._own_daemonset.pop(kind.daemonset_name(name), None)
-                await self._requeue_siblings(kind, exclude=name)
+                self._requeue_siblings(kind, exclude=name)
                 return
             raise
         meta = cr.get("metadata") or {}
@@ -318,17 +330,19 @@ class Reconciler:
         if p.daemonset is None:
             message = "; ".join(str(e) for e in p.errors)
             cond = Condition(CONDITION_SPEC_VALID, "False", "InvalidSpec", message, self._now(), generation)
-            await self._write_status(kind, name, current, compute_status(None, (), (cond,)))
+            await self._write_status(kind, name, current, compute_status(None, (), (cond,)), cr)
             await self._event(kind, cr, "InvalidSpec", message)
             return
         ds = await self._apply(p.daemonset)
         base = kind.daemonset_base
-        pods = [
-            _pod_summary(pod)
-            async for pod in self.client.list(
-                Pod, namespace=self.cfg.namespace, labels={"app": base}, chunk_size=POD_PAGE
-            )
-        ]
+        previous = [c for c in current.get("conditions") or () if isinstance(c, Mapping)]
+        was_conflict = any(
+            c.get("type") == CONDITION_NODE_CONFLICT and c.get("status") == "True" for c in previous
+        )
+        # A DaemonSet the DaemonSet controller has not handled yet has no pods this status could name, and
+        # a CR without pods conflicts with nobody: the pod list waits for the reconcile that the
+        # controller's first status write brings (unless a conflict reported before must be looked at).
+        pods = await self._plugin_pods(base) if _synced(ds) or was_conflict else []
         # A CR the watch saw deleted conflicts with nobody, although its pods linger until garbage
         # collection removes them (no later event would clear the conflict otherwise).
         per_cr = {
@@ -338,13 +352,9 @@ class Reconciler:
             and (kind, cr_name := ds_name[len(base) + 1 :]) not in self._gone
         }
         conflicts = node_conflicts(per_cr).get(name, {})
-        previous = [c for c in current.get("conditions") or () if isinstance(c, Mapping)]
         cond = conflict_condition(kind, conflicts, self._now(), previous, generation)
         status = compute_status(ds, per_cr.get(name, ()), (cond,))
-        was_conflict = any(
-            c.get("type") == CONDITION_NODE_CONFLICT and c.get("status") == "True" for c in previous
-        )
-        if await self._write_status(kind, name, current, status):
+        if await self._write_status(kind, name, current, status, cr):
             if cond.status == "True" and not was_conflict:
                 await self._event(kind, cr, "NodeConflict", cond.message)
             if (cond.status == "True") != was_conflict:
@@ -466,9 +476,25 @@ class Reconciler:
                 cond = dataclasses.replace(cond, last_transition_time=str(old.get("lastTransitionTime")))
         return cond
 
+    async def _plugin_pods(self, app: str) -> list[dict[str, Any]]:
+        """The status and conflict fields of every pod labelled ``app=<app>`` (the DaemonSets of one kind)."""
+        return [
+            _pod_summary(pod)
+            async for pod in self.client.list(
+                Pod, namespace=self.cfg.namespace, labels={"app": app}, chunk_size=POD_PAGE
+            )
+        ]
+
     async def _write_status(
-        self, kind: DeviceKind, name: str, current: Mapping[str, Any], status: PluginStatus
+        self,
+        kind: DeviceKind,
+        name: str,
+        current: Mapping[str, Any],
+        status: PluginStatus,
+        read: Mapping[str, Any] | None = None,
     ) -> bool:
+        """Patch the status if it differs from ``current``; the answer replaces the cached CR when that is
+        still ``read``, the body the reconcile started from (a newer watch event wins)."""
         patch = status_patch(current, status)
         if patch is None:
             return False
@@ -478,13 +504,16 @@ class Reconciler:
         version = (written.get("metadata") or {}).get("resourceVersion")
         if version:
             self._own_status[(kind, name)] = str(version)
+        if read is not None and self._crs.get((kind, name)) is read:
+            self._crs[(kind, name)] = dict(written)
         self.metrics.status_updates += 1
         return True
 
-    async def _requeue_siblings(self, kind: DeviceKind, exclude: str) -> None:
+    def _requeue_siblings(self, kind: DeviceKind, exclude: str) -> None:
         """After a CR is gone, others of its kind may have lost a conflict: look at them again."""
-        async for cr in self.client.list(self.resources[kind]):
-            name = str((cr.get("metadata") or {}).get("name", ""))
+        for (other_kind, name), cr in list(self._crs.items()):
+            if other_kind is not kind:
+                continue
             status = cr.get("status")
             conds = (status.get("conditions") or ()) if isinstance(status, Mapping) else ()
             if name != exclude and any(

@@ -26,6 +26,7 @@ GPU_BYPATH: Final = "bypath"
 QAT_DPDK_DRIVER: Final = "dpdk-driver"
 QAT_KERNEL_VF_DRIVERS: Final = "kernel-vf-drivers"
 QAT_MAX_NUM_DEVICES: Final = "max-num-devices"
+QAT_MODE: Final = "mode"
 
 SGX_ENCLAVE_LIMIT: Final = "enclave-limit"
 SGX_PROVISION_LIMIT: Final = "provision-limit"

@@ -8,7 +8,13 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT, AllocatedDevice
 from intel_device_plugins.plugins.idxd.discovery import DSA, IAA
-from intel_device_plugins.plugins.idxd.dra import WorkQueueDriverProfile, scan_queue_devices
+from intel_device_plugins.plugins.idxd.dra import (
+    DSA_DEVICE_CLASSES,
+    IAA_DEVICE_CLASSES,
+    WorkQueueDriverProfile,
+    scan_queue_devices,
+)
+from intel_device_plugins.plugins.idxd.plugin import WorkQueuePlugin
 from tests.builders import two_socket_node as node
 
 
@@ -69,3 +75,18 @@ def test_claim_edits_give_each_allocated_queue_its_nodes(tmp_path: Path) -> None
         "k8s.dsa.intel.com/claim=uid-1-dsa0-wq0-0",
     ]
     assert edits[0].nodes[0].container_path.endswith("/dev/dsa/wq0.1")
+
+
+def test_classes_map_each_user_queue_resource_the_plugin_advertises(tmp_path: Path) -> None:
+    node(tmp_path, "[[dsa]]\ncount = 2\nwqs = 2\nwq_mode = 'mixed'\n[[iaa]]\nwqs = 2\nwq_mode = 'mixed'\n")
+    for kind, classes in ((DSA, DSA_DEVICE_CLASSES), (IAA, IAA_DEVICE_CLASSES)):
+        advertised = {
+            f"{kind.namespace}/{resource}" for resource in WorkQueuePlugin(kind, prefix=str(tmp_path)).scan()
+        }
+        mapped = {spec.extended_resource_name: spec for spec in classes if spec.extended_resource_name}
+        assert advertised == set(mapped), kind
+        for name, spec in mapped.items():
+            mode = name.rsplit("-", 1)[1]
+            assert spec.selector == f'device.attributes["{kind.namespace}"].mode == "{mode}"'
+            assert spec.driver == kind.namespace
+        assert classes[0].name == kind.namespace and classes[0].selector is None

@@ -143,7 +143,7 @@ def test_card_with_no_device_nodes_left_cannot_be_prepared(tree: FakeTree) -> No
         profile.claim_edits("uid-1", [(AllocatedDevice("gpu", "node-a", "card0"), device)])
 
 
-def test_sriov_roles_vfs_are_devices_and_their_pf_is_not(tmp_path: Path) -> None:
+def test_sriov_roles_of_a_pf_with_vfs_its_vfs_a_capable_pf_and_a_plain_card(tmp_path: Path) -> None:
     spec = """
     [node]
     numa_nodes = 1
@@ -160,7 +160,7 @@ def test_sriov_roles_vfs_are_devices_and_their_pf_is_not(tmp_path: Path) -> None
 
     roles = {name: device.attributes["sriov"] for name, device in devices(tree).items()}
 
-    assert roles == {"card1": "vf", "card2": "vf", "card3": "pf", "card4": "none"}
+    assert roles == {"card0": "pf", "card1": "vf", "card2": "vf", "card3": "pf", "card4": "none"}
 
 
 def test_card_behind_a_bridge_is_under_the_bridge_root_complex(tree: FakeTree) -> None:
@@ -274,3 +274,30 @@ def test_memory_may_be_hex_and_is_bounded(tree: FakeTree, text: str, memory: str
     device = devices(tree)["card0"]
 
     assert (device.capacity["memory"].value if "memory" in device.capacity else None) == memory
+
+
+def test_a_pf_with_vfs_and_its_vfs_are_partitions_drawing_on_one_counter_set(tmp_path: Path) -> None:
+    build_node(parse_node_spec('[[gpu]]\ndriver = "i915"\nvfs = 3\n[[gpu]]\ndriver = "xe"\n'), tmp_path)
+    inventory = GpuDriverProfile(str(tmp_path)).scan()
+    devices = inventory.by_name()
+    assert sorted(devices) == ["card0", "card1", "card2", "card3", "card4"]
+    (counters,) = inventory.counter_sets
+    assert (counters.name, dict(counters.counters)) == ("card0-functions", {"functions": "3"})
+    draws = {
+        name: {c.counter_set: dict(c.counters) for c in device.consumes_counters}
+        for name, device in devices.items()
+    }
+    assert draws["card0"] == {"card0-functions": {"functions": "3"}}
+    assert draws["card1"] == draws["card2"] == draws["card3"] == {"card0-functions": {"functions": "1"}}
+    assert draws["card4"] == {}, "a card without SR-IOV is not a partition"
+    for name in ("card0", "card1", "card2", "card3"):
+        assert devices[name].allow_multiple_allocations is False
+        assert devices[name].attributes["partitionOf"] == "card0"
+        assert all(c.request_policy is None for c in devices[name].capacity.values())
+    assert devices["card4"].allow_multiple_allocations is True
+
+
+def test_the_device_plugin_still_serves_the_vfs_only(tmp_path: Path) -> None:
+    build_node(parse_node_spec('[[gpu]]\ndriver = "i915"\nvfs = 2\n'), tmp_path)
+    tree = scan_gpus(str(tmp_path), GpuOptions()).tree
+    assert sorted(tree["i915"]) == ["card1-0", "card2-0"]

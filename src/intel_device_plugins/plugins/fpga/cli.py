@@ -19,13 +19,18 @@ AnnotationReader = Callable[[str, str, str], Mapping[str, str]]
 """(node name, kubeconfig, master) → the node's annotations; raises when they cannot be read."""
 
 
+def add_mode_flag(parser: GoFlagParser) -> None:
+    """``-mode``, shared by the device plugin and the DRA driver."""
+    parser.add_flag(
+        FPGA_MODE, type=Mode, choices=list(Mode), default=Mode.AF, help="af, region or regiondevel"
+    )
+
+
 def build_parser() -> GoFlagParser:
     parser = new_parser(
         "intel_fpga_device_plugin", "Kubernetes device plugin for Intel FPGA cards (fpga.intel.com)."
     )
-    parser.add_flag(
-        FPGA_MODE, type=Mode, choices=list(Mode), default=Mode.AF, help="af, region or regiondevel"
-    )
+    add_mode_flag(parser)
     parser.add_flag("kubeconfig", default="", help="kubeconfig file (default: the pod's ServiceAccount)")
     parser.add_flag("master", default="", help="API server address; overrides the kubeconfig's")
     parser.add_flag(

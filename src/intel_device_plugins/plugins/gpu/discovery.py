@@ -58,7 +58,8 @@ MAX_MEMORY_BYTES = 1 << 50
 class SriovRole(StrEnum):
     """A card's place in SR-IOV: a physical function that can have VFs, a VF, or neither.
 
-    A PF with VFs enabled is never a usable card (its VFs are), so a scan returns no card with VFs.
+    A PF with VFs enabled is a device plugin's card only through its VFs; the DRA driver publishes it
+    too, as a partition overlapping them.
     """
 
     PF = "pf"
@@ -109,6 +110,10 @@ class GpuCard:
     device_id: str | None = None
     sriov: SriovRole = SriovRole.NONE
     memory_bytes: int | None = None
+    enabled_vfs: int = 0
+    """VFs enabled on a PF; only scans ``with_partitioned_pfs`` return such a card."""
+    pf_dir: str = ""
+    """A VF's physical function (its ``sysfs_dir``)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,8 @@ class CardFacts:
     """The PCI function's directory with every link resolved (``/sys/devices/pci…/<bdf>``)."""
     is_vf: bool = False
     sriov_capable: bool = False
+    pf_dir: str = ""
+    """A VF's physical function, resolved like ``resolved``; empty for anything else."""
 
 
 def _sriov_capable(device_dir: str) -> bool:
@@ -229,7 +236,13 @@ def read_card_facts(device_dir: str, pci_dir: str, sys_devices: str) -> CardFact
         resolved=os.path.realpath(pci_dir),
         is_vf=os.path.islink(os.path.join(device_dir, "physfn")),
         sriov_capable=_sriov_capable(device_dir),
+        pf_dir=_physical_function(device_dir),
     )
+
+
+def _physical_function(device_dir: str) -> str:
+    link = os.path.join(device_dir, "physfn")
+    return os.path.realpath(link) if os.path.islink(link) else ""
 
 
 class CardFactsCache:
@@ -329,6 +342,7 @@ def _inspect_card(
     cache: CardFactsCache,
     problems: list[str],
     with_memory: bool,
+    with_partitioned_pfs: bool = False,
 ) -> GpuCard | None:
     device_dir = os.path.join(view.drm_dir, name, "device")
     pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
@@ -354,7 +368,7 @@ def _inspect_card(
         # Guessing "no VFs" could hand out the PF next to its VFs: the same GPU to two pods.
         problems.append(f"GPU {name}: {vfs}; left out of this scan")
         return None
-    if vfs > 0:
+    if vfs > 0 and not with_partitioned_pfs:
         return None
     driver = card_driver(device_dir)
     if isinstance(driver, tuple):
@@ -405,6 +419,8 @@ def _inspect_card(
         device_id=facts.device_id,
         sriov=_sriov_role(facts),
         memory_bytes=memory,
+        enabled_vfs=vfs,
+        pf_dir=facts.pf_dir,
     )
 
 
@@ -413,13 +429,20 @@ def _card_number(name: str) -> int:
 
 
 def scan_cards(
-    prefix: str, options: GpuOptions, cache: CardFactsCache | None = None, *, with_memory: bool = False
+    prefix: str,
+    options: GpuOptions,
+    cache: CardFactsCache | None = None,
+    *,
+    with_memory: bool = False,
+    with_partitioned_pfs: bool = False,
 ) -> CardScan | str:
     """Every usable Intel GPU of the node under ``prefix``, or why the cards cannot be listed.
 
     ``cache`` carries the cards' static facts from one scan to the next; without it every fact
     is read afresh. Either way the result is the same. Local memory is read only ``with_memory``
     (the device plugin has no use for it, so its scans neither read nor report it).
+    ``with_partitioned_pfs`` also returns PFs with VFs enabled (``enabled_vfs``): the DRA driver
+    publishes them beside their VFs as overlapping partitions, the device plugin never serves them.
     """
     problems: list[str] = []
     view = _node_view(prefix)
@@ -429,7 +452,7 @@ def scan_cards(
         return f"cannot read {view.drm_dir}"
     cards: list[GpuCard] = []
     for name in sorted((e for e in entries if CARD_NAME.match(e)), key=_card_number):
-        card = _inspect_card(view, name, options, cache, problems, with_memory)
+        card = _inspect_card(view, name, options, cache, problems, with_memory, with_partitioned_pfs)
         if card is not None:
             cards.append(card)
     return CardScan(tuple(cards), tuple(problems))

@@ -10,14 +10,20 @@ defaults to all of it, or, on a card without local memory, ``millicores`` does. 
 claims fit, and a claim may still reserve compute by naming ``millicores`` too.
 
 Health is the device plugin's: a card whose device nodes are gone is Unhealthy, with the reason,
-and the framework taints it. A PF with VFs enabled is not a device (its VFs are), as in the plugin.
+and the framework taints it.
+
+SR-IOV: a PF with VFs enabled is published beside its VFs as overlapping partitions of one card. Its
+counter set ``<pf>-functions`` holds one ``functions`` counter per enabled VF; each VF draws one and
+the PF draws all of them, so the scheduler hands out either the whole card or VFs, never both. The
+partitions are not shared by capacity (the scheduler would count a shared partition's draw once per
+claim); their capacities only describe them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -30,6 +36,8 @@ from intel_device_plugins.dra.model import (
     AllocatedDevice,
     AttributeValue,
     Capacity,
+    CounterConsumption,
+    CounterSet,
     Device,
     Inventory,
     RequestPolicy,
@@ -114,12 +122,43 @@ def card_device(card: GpuCard, sys_devices: str) -> Device:
     )
 
 
+FUNCTIONS_COUNTER = "functions"
+
+
+def functions_counter_set(pf: GpuCard) -> str:
+    return f"{pf.name}-functions"
+
+
+def partition_device(card: GpuCard, sys_devices: str, counter_set: str, draw: int, pf_name: str) -> Device:
+    """A PF with VFs (``draw`` = all of them) or one of its VFs (``draw`` = 1), exclusively allocated."""
+    whole = card_device(card, sys_devices)
+    return replace(
+        whole,
+        attributes={**whole.attributes, "partitionOf": pf_name},
+        capacity={name: Capacity(capacity.value) for name, capacity in whole.capacity.items()},
+        allow_multiple_allocations=False,
+        consumes_counters=(CounterConsumption(counter_set, {FUNCTIONS_COUNTER: str(draw)}),),
+    )
+
+
 def inventory_of(scan: CardScan | str, sys_devices: str) -> Inventory:
     """A card scan as the driver's inventory; an unreadable DRM class directory means no devices."""
     if isinstance(scan, str):
         return Inventory(problems=(f"{scan}; no GPUs published",))
-    devices = tuple(card_device(card, sys_devices) for card in scan.cards)
-    return Inventory(devices=devices, problems=scan.problems)
+    partitioned = {card.sysfs_dir: card for card in scan.cards if card.enabled_vfs > 0}
+    devices: list[Device] = []
+    for card in scan.cards:
+        pf = partitioned.get(card.sysfs_dir) or partitioned.get(card.pf_dir)
+        if pf is None:
+            devices.append(card_device(card, sys_devices))
+        else:
+            draw = pf.enabled_vfs if pf is card else 1
+            devices.append(partition_device(card, sys_devices, functions_counter_set(pf), draw, pf.name))
+    counter_sets = tuple(
+        CounterSet(functions_counter_set(pf), {FUNCTIONS_COUNTER: str(pf.enabled_vfs)})
+        for pf in partitioned.values()
+    )
+    return Inventory(devices=tuple(devices), counter_sets=counter_sets, problems=scan.problems)
 
 
 @dataclass
@@ -140,7 +179,7 @@ class GpuDriverProfile:
         return DRIVER_NAME
 
     def scan(self) -> Inventory:
-        scan = scan_cards(self.prefix, self.options, self.cards, with_memory=True)
+        scan = scan_cards(self.prefix, self.options, self.cards, with_memory=True, with_partitioned_pfs=True)
         inventory = inventory_of(scan, devices_root(self.prefix or "/"))
         self.problems.report(inventory.problems)
         return inventory

@@ -17,10 +17,13 @@ from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import CdiDevice, Health
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
+from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
 from intel_device_plugins.dra.placement import placement_attributes
 from intel_device_plugins.dra.profile import default_claim_edits
 from intel_device_plugins.plugins.idxd.discovery import (
+    DSA,
+    IAA,
     IdxdKind,
     WorkQueue,
     find_work_queues,
@@ -86,6 +89,31 @@ def scan_queue_devices(prefix: str, kind: IdxdKind) -> Inventory:
     queues, problems = find_work_queues(prefix, kind)
     devices = tuple(queue_device(prefix, kind, queue, problems) for queue in queues if queue.type == "user")
     return Inventory(devices=devices, problems=tuple(problems))
+
+
+QUEUE_MODES = ("dedicated", "shared")
+
+
+def work_queue_device_classes(kind: IdxdKind) -> tuple[DeviceClassSpec, ...]:
+    """Every queue of the kind, and one class per resource name the device plugin advertises for user
+    queues (``wq-user-dedicated``, ``wq-user-shared``), mapped to that extended resource."""
+    namespace = kind.namespace
+    return (
+        DeviceClassSpec(namespace, namespace),
+        *(
+            DeviceClassSpec(
+                f"wq-user-{mode}.{namespace}",
+                namespace,
+                selector=f'device.attributes["{namespace}"].mode == "{mode}"',
+                extended_resource_name=f"{namespace}/wq-user-{mode}",
+            )
+            for mode in QUEUE_MODES
+        ),
+    )
+
+
+DSA_DEVICE_CLASSES = work_queue_device_classes(DSA)
+IAA_DEVICE_CLASSES = work_queue_device_classes(IAA)
 
 
 @dataclass

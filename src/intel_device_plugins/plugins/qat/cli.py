@@ -19,6 +19,7 @@ from intel_device_plugins.plugins.flagnames import (
     QAT_DPDK_DRIVER,
     QAT_KERNEL_VF_DRIVERS,
     QAT_MAX_NUM_DEVICES,
+    QAT_MODE,
 )
 from intel_device_plugins.plugins.qat.discovery import (
     DEFAULT_KERNEL_VF_DRIVERS,
@@ -60,11 +61,8 @@ def parse_policy(text: str) -> Policy:
         ) from None
 
 
-def build_parser() -> GoFlagParser:
-    parser = new_parser(
-        "intel_qat_device_plugin",
-        "Kubernetes device plugin for Intel QuickAssist Technology (qat.intel.com).",
-    )
+def add_vf_flags(parser: GoFlagParser) -> None:
+    """The flags choosing the mode and the VFs, shared by the device plugin and the DRA driver."""
     parser.add_flag(
         QAT_DPDK_DRIVER, choices=DPDK_DRIVERS, default=DPDK_DRIVERS[0], help="driver the VFs are bound to"
     )
@@ -74,19 +72,35 @@ def build_parser() -> GoFlagParser:
         default=DEFAULT_KERNEL_VF_DRIVERS,
         help="comma-separated QAT VF drivers whose devices are taken over",
     )
+    parser.add_flag(QAT_MAX_NUM_DEVICES, type=positive_int, default=64, help="at most this many VFs")
+    parser.add_flag(
+        QAT_MODE,
+        type=Mode,
+        choices=list(Mode),
+        default=Mode.DPDK,
+        help="dpdk (VFs for user-space drivers) or kernel (QAT kernel driver sections; legacy)",
+    )
+
+
+def dpdk_config(args: argparse.Namespace) -> DpdkConfig:
+    return DpdkConfig(
+        dpdk_driver=args.dpdk_driver,
+        kernel_vf_drivers=args.kernel_vf_drivers,
+        max_devices=args.max_num_devices,
+    )
+
+
+def build_parser() -> GoFlagParser:
+    parser = new_parser(
+        "intel_qat_device_plugin",
+        "Kubernetes device plugin for Intel QuickAssist Technology (qat.intel.com).",
+    )
+    add_vf_flags(parser)
     parser.add_flag(
         ALLOCATION_POLICY,
         type=parse_policy,
         default=Policy.NONE,
         help="preferred allocation: packed (fill one PF first) or balanced (spread over PFs)",
-    )
-    parser.add_flag(QAT_MAX_NUM_DEVICES, type=positive_int, default=64, help="at most this many VFs")
-    parser.add_flag(
-        "mode",
-        type=Mode,
-        choices=list(Mode),
-        default=Mode.DPDK,
-        help="dpdk (VFs for user-space drivers) or kernel (QAT kernel driver sections; legacy)",
     )
     return parser
 
@@ -95,12 +109,7 @@ def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     root = Path(args.prefix or "/")
     if args.mode is Mode.KERNEL:
         return [QatKernelPlugin(KernelPaths(root))]
-    config = DpdkConfig(
-        dpdk_driver=args.dpdk_driver,
-        kernel_vf_drivers=args.kernel_vf_drivers,
-        max_devices=args.max_num_devices,
-    )
-    return [QatDpdkPlugin(QatPaths(root), config, args.allocation_policy)]
+    return [QatDpdkPlugin(QatPaths(root), dpdk_config(args), args.allocation_policy)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
