@@ -631,20 +631,36 @@ def test_kubelet_restart_keeps_the_pod_and_the_driver_publishes_again(
             )
 
 
-def test_hot_plugged_card_is_published_and_unplugged_one_withdrawn(
+def test_hot_plugged_card_is_published_served_and_withdrawn_when_unplugged(
     driver: DraDriver, client: KubeClient
 ) -> None:
+    """A card hot-plugged (sysfs and device nodes written into the node) is published; a claim
+    selecting it by PCI address gets it. Unplugged under the running pod, it leaves the slices, and
+    deleting the pod still removes the claim's CDI spec and checkpoint entry."""
     node = driver.node
     tree = FakeTree(node.workdir)
     card = gpu.add_card(tree, driver="i915", device_id="0x56a0", memory_bytes=16 * GIB)
     node.realize_device_nodes()
     name = f"card{card.index}"
-    try:
-        assert name not in CARDS
-        published = driver.wait_published(client, CARDS | {name}, timeout=60)
-        assert published[name]["attributes"]["pciId"]["string"] == "0x56a0", published[name]
-    finally:
-        gpu.remove_card(tree, card.index)
+    plugged = True
+    selector = [f'device.attributes["resource.kubernetes.io"].pciBusID == "{card.address}"']
+    with created(client, _templates(claim_template("hot-card", DRIVER, selectors=selector))):
+        claim = None
+        try:
+            assert name not in CARDS
+            published = driver.wait_published(client, CARDS | {name}, timeout=60)
+            assert published[name]["attributes"]["pciId"]["string"] == "0x56a0", published[name]
+            _, claim = start_claim_pod(client, driver, "hot-card", "hot-card")
+            assert allocated_devices(claim) == [f"{NODE}/{name}"]
+            assert pod_dri(node, "hot-card") == drm_nodes(node.layout, name)
+            gpu.remove_card(tree, card.index)
+            plugged = False
+            driver.wait_published(client, CARDS, timeout=60)
+            assert _phase(client, "hot-card") == "Running"
+        finally:
+            if plugged:
+                gpu.remove_card(tree, card.index)
+            _delete_pod_and_claim(client, node, "hot-card", claim or _claim_of(client, "hot-card"))
     driver.wait_published(client, CARDS, timeout=60)
 
 
