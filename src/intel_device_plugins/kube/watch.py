@@ -31,12 +31,15 @@ async def follow(
     on_event: Callable[[str, dict[str, Any]], None],
     *,
     namespace: str | None = None,
-    labels: Mapping[str, str] | None = None,
+    labels: Mapping[str, str | tuple[str, ...]] | None = None,
     fields: Mapping[str, str] | None = None,
     resync_s: float = 300.0,
     retry_s: float = 2.0,
 ) -> None:
-    """Run until cancelled: list ``res`` into ``on_list``, then watch it into ``on_event``."""
+    """Run until cancelled: list ``res`` into ``on_list``, then watch it into ``on_event``.
+
+    A tuple as a label's value selects any of its values (``app in (a,b)``).
+    """
     what = getattr(res, "__name__", str(res))
     selectors: dict[str, Any] = {"namespace": namespace}
     if labels:
