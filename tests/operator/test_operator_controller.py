@@ -334,13 +334,15 @@ def test_pod_fields_of_a_watched_pod_are_its_list_summary() -> None:
     from intel_device_plugins.operator.controller import _pod_fields, _pod_summary
 
     owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    }
     for meta, spec in (
         ({"name": "p1", "ownerReferences": owner}, {"nodeName": "n1"}),
         ({"name": "p2", "ownerReferences": owner}, {"affinity": affinity}),
         ({"name": "p3"}, {"nodeName": "n9"}),
     ):
-        pod = Pod.from_dict({"metadata": meta, "spec": {**spec, "containers": [{"name": "c"}]}})
+        pod = cast(Pod, Pod.from_dict({"metadata": meta, "spec": {**spec, "containers": [{"name": "c"}]}}))
         assert _pod_fields(pod.to_dict()) == _pod_summary(pod)
 
 
