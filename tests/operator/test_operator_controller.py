@@ -331,7 +331,7 @@ async def test_watched_pods_replace_the_pod_list() -> None:
 
 
 def test_pod_fields_of_a_watched_pod_are_its_list_summary() -> None:
-    from intel_device_plugins.operator.controller import _pod_fields, _pod_summary
+    from intel_device_plugins.operator.controller import _pod_fields, _pod_record, _pod_summary
 
     owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]
     affinity: dict[str, Any] = {
@@ -344,6 +344,7 @@ def test_pod_fields_of_a_watched_pod_are_its_list_summary() -> None:
     ):
         pod = cast(Pod, Pod.from_dict({"metadata": meta, "spec": {**spec, "containers": [{"name": "c"}]}}))
         assert _pod_fields(pod.to_dict()) == _pod_summary(pod)
+        assert _pod_fields(_pod_record(pod.to_dict())) == _pod_summary(pod)  # the cache's reduced form
 
 
 async def test_a_reported_conflict_is_looked_at_even_before_the_daemonset_controller() -> None:

@@ -110,6 +110,20 @@ def _pod_summary(pod: Pod) -> dict[str, Any]:
     return {"metadata": {"ownerReferences": owners}, "spec": spec}
 
 
+def _pod_record(body: dict[str, Any]) -> dict[str, Any]:
+    """What the pod cache keeps of a listed or watched pod: its name, ``app`` label, owners and placement."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": {"app": (meta.get("labels") or {}).get("app")},
+            "ownerReferences": meta.get("ownerReferences") or [],
+        },
+        "spec": {key: spec[key] for key in ("nodeName", "affinity") if spec.get(key) is not None},
+    }
+
+
 def _pod_fields(body: Mapping[str, Any]) -> dict[str, Any]:
     """``_pod_summary`` of a pod as a watch event brings it (plain JSON)."""
     meta = body.get("metadata") or {}
@@ -621,6 +635,8 @@ def watch_streams(reconciler: Reconciler) -> list[Coroutine[Any, Any, None]]:
                 namespace=cfg.namespace,
                 labels={"app": tuple(sorted(kind.daemonset_base for kind in cfg.kinds))},
                 resync_s=cfg.resync_s,
+                chunk_size=POD_PAGE,
+                shape=_pod_record,
             )
         )
     return streams
