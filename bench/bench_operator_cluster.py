@@ -17,6 +17,10 @@ process with the Deployment's flags and its ServiceAccount token (``k8stest.oper
 - ``cycles``: ``--cycles`` rounds of creating the 8 sample CRs and deleting them again; for each round the
   time from the first create to all 8 DaemonSets existing, and the operator's CPU time (user + system) for
   the whole round (creates, statuses, deletes, until the DaemonSets are gone and 2 s of quiet); medians.
+- ``webhook-cost``: ``--pairs`` dry-run creates of the same sample CR in turns, one through the webhooks and
+  one that an ``objectSelector`` keeps from them, back to back: what the two webhook calls add to a create,
+  with the noise of the machine hitting both sides alike. Also counts the TCP connections the API server
+  opened to the webhook port meanwhile (each one a TLS handshake).
 - ``status``: ``--nodes`` kwok nodes in 8 pools, one GPU CR per pool; reports when all 8 DaemonSets are Ready
   and how long after that every CR's status shows the right desired/ready counts and node names.
 
@@ -268,6 +272,47 @@ def admission(client: KubeClient, rate: float, seconds: float, *, webhooks: bool
     }
 
 
+def webhook_connections(port: int) -> set[int]:
+    """Client ports of the TCP connections to the local ``port`` (``/proc/net/tcp`` and ``tcp6``)."""
+    seen: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote = fields[1], fields[2]
+            if int(local.rsplit(":", 1)[1], 16) == port:
+                seen.add(int(remote.rsplit(":", 1)[1], 16))
+    return seen
+
+
+def webhook_cost(client: KubeClient, pairs: int, webhook_port: int) -> dict[str, Any]:
+    """Dry-run creates of one sample CR in turns with and without the webhooks; per-create latencies."""
+    import yaml
+
+    skip_webhooks_for_label(client)
+    sample = yaml.safe_load((SAMPLES / "deviceplugin_v1_gpudeviceplugin.yaml").read_text())
+    path = cr_path(DeviceKind.from_kind(sample["kind"])) + "?dryRun=All"
+    bare = {**sample, "metadata": {**sample["metadata"], "labels": {NO_WEBHOOK_LABEL: "true"}}}
+    with_hooks: list[float] = []
+    without: list[float] = []
+    for body in (sample, bare) * 20:  # warm both paths (and the API server's connections) first
+        client.create(path, body)
+    ports = webhook_connections(webhook_port)
+    for i in range(2 * pairs):
+        body, into = (sample, with_hooks) if i % 2 == 0 else (bare, without)
+        t0 = time.perf_counter()
+        client.create(path, body)
+        into.append((time.perf_counter() - t0) * 1000)
+        ports |= webhook_connections(webhook_port)
+    extra = [a - b for a, b in zip(with_hooks, without, strict=True)]
+    return {
+        "pairs": pairs,
+        "create through the webhooks, p50 / p90 ms": f"{pct(with_hooks, 0.5)} / {pct(with_hooks, 0.9)}",
+        "create the webhooks skip, p50 / p90 ms": f"{pct(without, 0.5)} / {pct(without, 0.9)}",
+        "webhooks add, median of the pairs ms": round(statistics.median(extra), 2),
+        "connections to the webhook port seen": len(ports),
+    }
+
+
 def status(client: KubeClient, nodes: int, pools: int = 8) -> dict[str, Any]:
     t0 = time.perf_counter()
     names: list[str] = []
@@ -326,7 +371,7 @@ def main() -> int:
     ap.add_argument(
         "what",
         nargs="+",
-        choices=("latency", "admission", "admission-baseline", "samples", "cycles", "status"),
+        choices=("latency", "admission", "admission-baseline", "samples", "cycles", "webhook-cost", "status"),
     )
     ap.add_argument("--crs", type=int, default=50)
     ap.add_argument(
@@ -336,6 +381,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--cycles", type=int, default=6, help="rounds of the cycles step")
+    ap.add_argument("--pairs", type=int, default=300, help="pairs of creates of the webhook-cost step")
     args = ap.parse_args()
     bins, reason = find_binaries()
     if bins is None:
@@ -363,6 +409,8 @@ def main() -> int:
                 elif what == "cycles":
                     op = next(o for o in installed.operators if o.proc.alive())
                     result = cycles(client, op.proc.pid, args.cycles)
+                elif what == "webhook-cost":
+                    result = webhook_cost(client, args.pairs, installed.webhook_port)
                 else:
                     result = status(client, args.nodes)
                 print(f"== {what}")

@@ -43,3 +43,29 @@ async def test_listing_arrives_as_added_events_then_the_watch_follows() -> None:
     await asyncio.gather(task, return_exceptions=True)
     assert seen == [("ADDED", "listed"), ("MODIFIED", "watched")]
     assert client.asked == [{"namespace": "*", "fields": {"a": "b"}}]  # no labels asked, none sent
+
+
+async def test_pages_and_shape() -> None:
+    """``chunk_size`` goes to the list only (a watch has no pages); ``shape`` reduces every object."""
+    client = Client()
+    listed: list[Any] = []
+    watched: list[Any] = []
+
+    def shape(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"name": obj["metadata"]["name"]}
+
+    task = asyncio.create_task(
+        follow(
+            cast(AsyncClient, client),
+            object,
+            listed.extend,
+            lambda event, obj: watched.append(obj),
+            chunk_size=100,
+            shape=shape,
+        )
+    )
+    await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert listed == [{"name": "listed"}] and watched == [{"name": "watched"}]
+    assert client.asked == [{"namespace": None, "chunk_size": 100}]

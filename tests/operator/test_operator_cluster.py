@@ -483,6 +483,42 @@ def test_api_server_defaults_image_and_validates_updates(kind: DeviceKind, admin
         admin.delete(cr_path(kind, name))
 
 
+def webhook_calls(admin: KubeClient, webhook: str) -> int:
+    """How many times the API server has called ``webhook`` (its own admission metrics)."""
+    total = 0
+    for line in admin.get("/metrics")["text"].splitlines():
+        if line.startswith("apiserver_admission_webhook_request_total{") and f'name="{webhook}"' in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+@pytest.mark.parametrize("kind", [DeviceKind.GPU, DeviceKind.SGX], ids=lambda k: k.value)
+def test_defaulting_webhook_is_called_only_for_an_image_to_default(
+    kind: DeviceKind, admin: KubeClient
+) -> None:
+    """The mutating entry's matchCondition spares the call when ``spec.image`` is set (nothing to default),
+    and still makes it for an empty image, which the webhook then defaults."""
+    mutating, validating = f"m{kind.singular}.kb.io", f"v{kind.singular}.kb.io"
+    named, empty = unique("named"), unique("empty")
+    before = (webhook_calls(admin, mutating), webhook_calls(admin, validating))
+    admin.create(
+        cr_path(kind), cr_body(kind, named, {"image": node_image(), "nodeSelector": {TEST_LABEL: named}})
+    )
+    try:
+        after_named = (webhook_calls(admin, mutating), webhook_calls(admin, validating))
+        assert after_named == (before[0], before[1] + 1)
+        created = admin.create(
+            cr_path(kind), cr_body(kind, empty, {"image": "", "nodeSelector": {TEST_LABEL: empty}})
+        )
+        try:
+            assert created["spec"]["image"] == node_image()
+            assert webhook_calls(admin, mutating) >= after_named[0] + 1
+        finally:
+            admin.delete(cr_path(kind, empty))
+    finally:
+        admin.delete(cr_path(kind, named))
+
+
 def test_invalid_cr_is_rejected_by_kubectl_with_the_field(installed: Installed) -> None:
     body = cr_body(
         DeviceKind.GPU,

@@ -288,6 +288,65 @@ async def test_the_pod_list_waits_for_the_daemonset_controller() -> None:
     assert api.crs[("gpudeviceplugins", "a")]["status"]["nodeNames"] == ["n1"]
 
 
+async def next_key(rec: Reconciler) -> tuple[DeviceKind, str]:
+    """The next queued key, handed back as a worker does (a key is handed out again only once done)."""
+    key = await asyncio.wait_for(rec.queue.get(), 1)
+    rec.queue.done(key)
+    return key
+
+
+async def test_watched_pods_replace_the_pod_list() -> None:
+    api = FakeApi()
+    api.add_cr(DeviceKind.GPU, "a", GPU)
+    api.add_pod(DeviceKind.GPU, "a", "n1")
+    api.add_pod(DeviceKind.QAT, "q", "n1")  # another kind's pod: not this CR's
+    rec = make(api)
+    rec.on_cr_event(DeviceKind.GPU, "ADDED", copy.deepcopy(api.crs[("gpudeviceplugins", "a")]))
+    rec.on_pod_list(copy.deepcopy(api.pods))
+    assert await next_key(rec) == (DeviceKind.GPU, "a")  # a (re)list looks at every CR again
+    api.daemonsets["intel-gpu-plugin-a"]["status"] = ds_status(1, 1)
+    await rec.reconcile(DeviceKind.GPU, "a")
+    api.daemonsets["intel-gpu-plugin-a"]["metadata"]["resourceVersion"] = "700"
+    rec.on_daemonset_event("MODIFIED", copy.deepcopy(api.daemonsets["intel-gpu-plugin-a"]))
+    assert await next_key(rec) == (DeviceKind.GPU, "a")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert api.pod_lists == 0
+    assert api.crs[("gpudeviceplugins", "a")]["status"]["nodeNames"] == ["n1"]
+
+    api.add_pod(DeviceKind.GPU, "a", "n2")
+    rec.on_pod_event("ADDED", copy.deepcopy(api.pods[-1]))  # may come after the DaemonSet's status
+    assert await next_key(rec) == (DeviceKind.GPU, "a")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert api.crs[("gpudeviceplugins", "a")]["status"]["nodeNames"] == ["n1", "n2"]
+
+    ready = copy.deepcopy(api.pods[-1])
+    ready["status"] = {"phase": "Running"}
+    rec.on_pod_event("MODIFIED", ready)  # nothing the status reads of a pod changed
+    assert len(rec.queue) == 0
+    rec.on_pod_event("DELETED", ready)
+    assert await next_key(rec) == (DeviceKind.GPU, "a")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert api.crs[("gpudeviceplugins", "a")]["status"]["nodeNames"] == ["n1"]
+    assert api.pod_lists == 0
+
+
+def test_pod_fields_of_a_watched_pod_are_its_list_summary() -> None:
+    from intel_device_plugins.operator.controller import _pod_fields, _pod_record, _pod_summary
+
+    owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": True}]
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    }
+    for meta, spec in (
+        ({"name": "p1", "ownerReferences": owner}, {"nodeName": "n1"}),
+        ({"name": "p2", "ownerReferences": owner}, {"affinity": affinity}),
+        ({"name": "p3"}, {"nodeName": "n9"}),
+    ):
+        pod = cast(Pod, Pod.from_dict({"metadata": meta, "spec": {**spec, "containers": [{"name": "c"}]}}))
+        assert _pod_fields(pod.to_dict()) == _pod_summary(pod)
+        assert _pod_fields(_pod_record(pod.to_dict())) == _pod_summary(pod)  # the cache's reduced form
+
+
 async def test_a_reported_conflict_is_looked_at_even_before_the_daemonset_controller() -> None:
     api = FakeApi()
     api.add_cr(DeviceKind.GPU, "a", GPU)

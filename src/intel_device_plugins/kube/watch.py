@@ -31,24 +31,33 @@ async def follow(
     on_event: Callable[[str, dict[str, Any]], None],
     *,
     namespace: str | None = None,
-    labels: Mapping[str, str] | None = None,
+    labels: Mapping[str, str | tuple[str, ...]] | None = None,
     fields: Mapping[str, str] | None = None,
     resync_s: float = 300.0,
     retry_s: float = 2.0,
+    chunk_size: int | None = None,
+    shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> None:
-    """Run until cancelled: list ``res`` into ``on_list``, then watch it into ``on_event``."""
+    """Run until cancelled: list ``res`` into ``on_list``, then watch it into ``on_event``.
+
+    A tuple as a label's value selects any of its values (``app in (a,b)``). With ``chunk_size`` the list
+    comes in pages of that many; ``shape`` reduces every object, listed or watched, to what the handlers keep,
+    so a large listing is held whole only in that reduced form.
+    """
+    reduce = shape or (lambda obj: obj)
     what = getattr(res, "__name__", str(res))
     selectors: dict[str, Any] = {"namespace": namespace}
     if labels:
         selectors["labels"] = dict(labels)
     if fields:
         selectors["fields"] = dict(fields)
+    listing: dict[str, Any] = {**selectors, "chunk_size": chunk_size} if chunk_size else selectors
     while True:
         try:
-            on_list([_as_dict(o) async for o in client.list(res, **selectors)])
+            on_list([reduce(_as_dict(o)) async for o in client.list(res, **listing)])
             async with asyncio.timeout(resync_s):
                 async for event, obj in client.watch(res, **selectors):
-                    on_event(event, _as_dict(obj))
+                    on_event(event, reduce(_as_dict(obj)))
         except TimeoutError:
             continue  # periodic relist
         except asyncio.CancelledError:

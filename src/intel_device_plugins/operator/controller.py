@@ -117,6 +117,37 @@ def _pod_summary(pod: Pod) -> dict[str, Any]:
     return {"metadata": {"ownerReferences": owners}, "spec": spec}
 
 
+def _pod_record(body: dict[str, Any]) -> dict[str, Any]:
+    """What the pod cache keeps of a listed or watched pod: its name, ``app`` label, owners and placement."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": {"app": (meta.get("labels") or {}).get("app")},
+            "ownerReferences": meta.get("ownerReferences") or [],
+        },
+        "spec": {key: spec[key] for key in ("nodeName", "affinity") if spec.get(key) is not None},
+    }
+
+
+def _pod_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``_pod_summary`` of a pod as a watch event brings it (plain JSON)."""
+    meta = body.get("metadata") or {}
+    raw_spec = body.get("spec") or {}
+    spec: dict[str, Any] = {}
+    if raw_spec.get("nodeName"):
+        spec["nodeName"] = raw_spec["nodeName"]
+    elif raw_spec.get("affinity") is not None:
+        spec["affinity"] = raw_spec["affinity"]
+    owners = [
+        {"kind": r.get("kind"), "name": r.get("name"), "controller": bool(r.get("controller"))}
+        for r in meta.get("ownerReferences") or ()
+        if isinstance(r, Mapping)
+    ]
+    return {"metadata": {"ownerReferences": owners}, "spec": spec}
+
+
 def _echoes(event: str | None, meta: Mapping[str, Any], own_version: str | None) -> bool:
     """Whether a watch event shows an object as this process last wrote it (a deletion never does)."""
     version = meta.get("resourceVersion")
@@ -165,6 +196,9 @@ class Reconciler:
         self._applied: dict[str, tuple[dict[str, Any], int]] = {}
         # CRs whose deletion a watch event showed: their DaemonSets' deletions need no reconcile.
         self._gone: set[Key] = set()
+        # The plugin pods as their watch shows them (name → its ``app`` label and the few fields status and
+        # conflict detection read), as upstream reads them from its informer cache; None until listed.
+        self._pods: dict[str, tuple[str, dict[str, Any]]] | None = None
 
     def enqueue(self, kind: DeviceKind, name: str) -> None:
         if kind in self.cfg.kinds and name:
@@ -213,6 +247,42 @@ class Reconciler:
         key = owner_key(body, self.cfg.kinds)
         if key is not None and not (event == "DELETED" and key in self._gone):
             self.enqueue(*key)
+
+    def on_pod_list(self, bodies: Sequence[Mapping[str, Any]]) -> None:
+        """A (re)list of the plugin pods: the cache starts over, and every CR's status is looked at again
+        (pods may have come and gone while the stream was away)."""
+        self._pods = {}
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            self._pods[str(meta.get("name", ""))] = (
+                str((meta.get("labels") or {}).get("app", "")),
+                _pod_fields(body),
+            )
+        for key in list(self._crs):
+            self.enqueue(*key)
+
+    def on_pod_event(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """A watch event of a plugin pod: cache it, and queue its CR when what the status reads of it changed
+        (its node, or the pod itself coming or going), as the DaemonSet's status may follow before it."""
+        if self._pods is None:
+            return  # not listed yet: the list that comes first replaces everything
+        meta = body.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        app = str((meta.get("labels") or {}).get("app", ""))
+        fields = _pod_fields(body)
+        if event == "DELETED":
+            if self._pods.pop(name, None) is None:
+                return
+        else:
+            if self._pods.get(name) == (app, fields):
+                return
+            self._pods[name] = (app, fields)
+        for ref in fields["metadata"]["ownerReferences"]:
+            ds_name = str(ref.get("name") or "")
+            if ref["controller"] and ref.get("kind") == "DaemonSet" and ds_name.startswith(app + "-"):
+                for kind in self.cfg.kinds:
+                    if kind.daemonset_base == app and (kind, ds_name[len(app) + 1 :]) in self._crs:
+                        self.enqueue(kind, ds_name[len(app) + 1 :])
 
     async def _apply(self, desired: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply ``desired`` unless the DaemonSet still holds it; the DaemonSet as it is now."""
@@ -477,7 +547,10 @@ class Reconciler:
         return cond
 
     async def _plugin_pods(self, app: str) -> list[dict[str, Any]]:
-        """The status and conflict fields of every pod labelled ``app=<app>`` (the DaemonSets of one kind)."""
+        """The status and conflict fields of every pod labelled ``app=<app>`` (the DaemonSets of one kind):
+        from the pod watch once it has listed, from the API server until then."""
+        if self._pods is not None:
+            return [fields for pod_app, fields in self._pods.values() if pod_app == app]
         return [
             _pod_summary(pod)
             async for pod in self.client.list(
@@ -570,6 +643,20 @@ def watch_streams(reconciler: Reconciler) -> list[Coroutine[Any, Any, None]]:
             resync_s=cfg.resync_s,
         )
     )
+    if not cfg.combined:  # the combined DaemonSet's reconcile lists its pods itself
+        streams.append(
+            follow(
+                client,
+                Pod,
+                reconciler.on_pod_list,
+                reconciler.on_pod_event,
+                namespace=cfg.namespace,
+                labels={"app": tuple(sorted(kind.daemonset_base for kind in cfg.kinds))},
+                resync_s=cfg.resync_s,
+                chunk_size=POD_PAGE,
+                shape=_pod_record,
+            )
+        )
     return streams
 
 
