@@ -36,10 +36,10 @@ PREFIX = "intel-deviceplugins-"
 SA = f"{PREFIX}controller-manager"
 SECRET = f"{PREFIX}webhook-server-cert"
 FPGA_PLUGIN_SA = f"{PREFIX}fpga-plugin"
-GPU_DRA_DRIVER_SA = f"{PREFIX}gpu-dra-driver"
+DRA_DRIVER_SA = f"{PREFIX}dra-driver"
 # Literal environment values of the shipped Deployment that the operator processes get as they are (the
 # plugin image is left to each test).
-DEPLOYMENT_ENV_PASSED = frozenset({"FPGA_PLUGIN_SERVICE_ACCOUNT", "GPU_DRA_DRIVER_SERVICE_ACCOUNT"})
+DEPLOYMENT_ENV_PASSED = frozenset({"FPGA_PLUGIN_SERVICE_ACCOUNT", "DRA_DRIVER_SERVICE_ACCOUNT"})
 SERVICE = f"{PREFIX}webhook-service"
 WEBHOOK_CONFIGS = {
     "mutatingwebhookconfigurations": f"{PREFIX}mutating-webhook-configuration",

@@ -279,76 +279,116 @@ def test_rmd_chart_images_come_from_one_repository_and_tag(helm: Path, kubectl: 
     assert pod_spec["imagePullSecrets"] == [{"name": "pull"}]
 
 
-GPU_DRA_CHART = CHARTS / "intel-gpu-dra-driver"
-GPU_DRA = ROOT / "deploy" / "dra" / "gpu"
-GPU_DRA_NAMESPACE = "intel-gpu-dra-driver"
-GPU_DRA_DS = ("DaemonSet", "intel-gpu-dra-driver")
+DRA_CHART = CHARTS / "intel-dra-driver"
+DRA = ROOT / "deploy" / "dra"
+DRA_KINDS = sorted(p.name for p in DRA.iterdir() if (p / "driver").is_dir())
 
 
-def _gpu_dra_template(
-    helm: Path, *sets: str, namespace: str = GPU_DRA_NAMESPACE
-) -> dict[tuple[str, str], Obj]:
-    return _template(helm, GPU_DRA_CHART, *sets, namespace=namespace)
+def _dra_names(kind: str) -> tuple[str, tuple[str, str]]:
+    """The kind's install namespace (also the name of its objects) and its DaemonSet key."""
+    name = f"intel-{kind}-dra-driver"
+    return name, ("DaemonSet", name)
+
+
+def _dra_template(helm: Path, kind: str, *sets: str, namespace: str = "") -> dict[tuple[str, str], Obj]:
+    return _template(helm, DRA_CHART, f"driver={kind}", *sets, namespace=namespace or _dra_names(kind)[0])
 
 
 def _policy_user(objs: dict[tuple[str, str], Obj]) -> str:
-    """The username the ResourceSlice admission policy restricts, read out of its match condition."""
+    """The username the ResourceSlice admission policy restricts, read out of its match condition: a
+    comparison with one string literal or a concatenation of several."""
     (policy,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicy")
     (condition,) = policy["spec"]["matchConditions"]
-    prefix = 'request.userInfo.username == "'
+    prefix = "request.userInfo.username == "
     expression = str(condition["expression"])
-    assert expression.startswith(prefix) and expression.endswith('"'), expression
-    return expression[len(prefix) : -1]
+    assert expression.startswith(prefix), expression
+    parts = expression[len(prefix) :].split(" + ")
+    assert all(len(p) >= 2 and p[0] == p[-1] == '"' and '"' not in p[1:-1] for p in parts), expression
+    return "".join(p[1:-1] for p in parts)
 
 
-def test_gpu_dra_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path) -> None:
-    kustomized = _kustomize(kubectl, GPU_DRA)
-    assert _diff(_gpu_dra_template(helm, "createNamespace=true"), kustomized) == []
+def test_every_kind_has_a_dra_install() -> None:
+    assert DRA_KINDS == ["dlb", "dsa", "fpga", "gpu", "iaa", "npu", "qat", "sgx"]
+
+
+@pytest.mark.parametrize("kind", DRA_KINDS)
+def test_dra_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path, kind: str) -> None:
+    kustomized = _kustomize(kubectl, DRA / kind)
+    assert _diff(_dra_template(helm, kind, "createNamespace=true"), kustomized) == []
     classes = {k for k in kustomized if k[0] == "DeviceClass"}
+    assert {k[0] for k in kustomized} - {"DeviceClass"} == {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "DaemonSet",
+    }
+    assert all(name.endswith(f"{kind}.intel.com") for _, name in classes), classes
+    without = {k: v for k, v in kustomized.items() if k not in classes}
+    assert _diff(_dra_template(helm, kind, "createNamespace=true", "deviceClasses=false"), without) == []
+    if (DRA / kind / "deviceclasses").is_dir():
+        assert classes
+        alone = _kustomize(kubectl, DRA / kind / "deviceclasses")
+        assert _diff(_dra_template(helm, kind, "createNamespace=true"), without | alone) == []
+
+
+def test_gpu_dra_install_has_its_classes(kubectl: Path) -> None:
+    classes = {k for k in _kustomize(kubectl, DRA / "gpu") if k[0] == "DeviceClass"}
     assert classes == {
         ("DeviceClass", n) for n in ("gpu.intel.com", "i915.gpu.intel.com", "xe.gpu.intel.com")
     }
-    assert (
-        _diff(
-            _gpu_dra_template(helm, "createNamespace=true", "deviceClasses=false"),
-            {k: v for k, v in kustomized.items() if k not in classes},
-        )
-        == []
-    )
-    assert (
-        _diff(
-            _gpu_dra_template(helm, "createNamespace=true"),
-            kustomized | _kustomize(kubectl, GPU_DRA / "deviceclasses"),
-        )
-        == []
-    )
 
 
-def test_gpu_dra_policy_restricts_the_drivers_own_service_account(helm: Path, kubectl: Path) -> None:
+@pytest.mark.parametrize("kind", DRA_KINDS)
+def test_dra_policy_restricts_the_drivers_own_service_account(helm: Path, kubectl: Path, kind: str) -> None:
+    name, daemonset = _dra_names(kind)
     for objs in (
-        _kustomize(kubectl, GPU_DRA),
-        _gpu_dra_template(helm),
-        _gpu_dra_template(helm, namespace="dra-elsewhere"),
+        _kustomize(kubectl, DRA / kind),
+        _dra_template(helm, kind),
+        _dra_template(helm, kind, namespace="dra-elsewhere"),
     ):
-        pod = objs[GPU_DRA_DS]["spec"]["template"]["spec"]
-        namespace = objs[GPU_DRA_DS]["metadata"]["namespace"]
-        assert _policy_user(objs) == f"system:serviceaccount:{namespace}:{pod['serviceAccountName']}"
+        pod = objs[daemonset]["spec"]["template"]["spec"]
+        namespace = objs[daemonset]["metadata"]["namespace"]
+        assert pod["serviceAccountName"] == name
+        assert _policy_user(objs) == f"system:serviceaccount:{namespace}:{name}"
         (binding,) = (o for o in objs.values() if o["kind"] == "ClusterRoleBinding")
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}
-        ]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+        assert binding["roleRef"]["name"] == name and ("ClusterRole", name) in objs
         (vap_binding,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicyBinding")
-        assert vap_binding["spec"] == {
-            "policyName": "intel-gpu-dra-driver-resourceslices",
-            "validationActions": ["Deny"],
-        }
+        assert vap_binding["spec"] == {"policyName": f"{name}-resourceslices", "validationActions": ["Deny"]}
+        assert ("ValidatingAdmissionPolicy", f"{name}-resourceslices") in objs
+        (container,) = pod["containers"]
+        assert (container["name"], container["command"]) == (name, [f"intel_{kind}_dra_driver"])
 
 
-def test_gpu_dra_chart_images_and_pod_values(helm: Path) -> None:
-    assert set(_image_strings(_gpu_dra_template(helm))) == {images.node_image()}
+@pytest.mark.parametrize("kind", DRA_KINDS)
+def test_dra_drivers_write_only_where_their_kind_needs(kubectl: Path, kind: str) -> None:
+    """Every driver reads /sys and /dev; QAT (DPDK mode binds VFs) also writes /sys/bus/pci, as its plugin
+    does; only FPGA has an init container (the CRI hook), writing only /opt/intel/fpga-sw."""
+    pod = _kustomize(kubectl, DRA / kind)[_dra_names(kind)[1]]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    shared = {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"}
+    assert writable == shared | ({"/sys/bus/pci"} if kind == "qat" else set())
+    read_only = {m["mountPath"] for m in container["volumeMounts"] if m.get("readOnly")}
+    assert read_only == {"/sys", "/dev"}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    inits = pod.get("initContainers", [])
+    assert [i["name"] for i in inits] == (["intel-fpga-initcontainer"] if kind == "fpga" else [])
+    for init in inits:
+        assert init["command"] == ["intel_fpga_hook_install"]
+        assert [m["mountPath"] for m in init["volumeMounts"]] == ["/opt/intel/fpga-sw"]
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_dra_chart_images_and_pod_values(helm: Path) -> None:
+    assert set(_image_strings(_dra_template(helm, "fpga"))) == {images.node_image()}
     prefix, tag = "registry.example:5000/team", "9.9.9"
-    objs = _gpu_dra_template(
+    objs = _dra_template(
         helm,
+        "fpga",
         f"image.repository={prefix}/",
         f"image.tag={tag}",
         "image.pullPolicy=Always",
@@ -356,17 +396,27 @@ def test_gpu_dra_chart_images_and_pod_values(helm: Path) -> None:
         "imagePullSecrets[0].name=pull",
         "tolerations[0].operator=Exists",
     )
-    pod = objs[GPU_DRA_DS]["spec"]["template"]["spec"]
+    pod = objs[_dra_names("fpga")[1]]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert (container["image"], container["imagePullPolicy"]) == (images.node_image(prefix, tag), "Always")
+    (init,) = pod["initContainers"]
+    assert (init["image"], init["imagePullPolicy"]) == (images.node_image(prefix, tag), "Always")
     assert container["args"][:2] == ["-v", "4"]
     assert pod["imagePullSecrets"] == [{"name": "pull"}]
     assert pod["tolerations"] == [{"operator": "Exists"}]
 
 
-def test_gpu_dra_chart_lints_and_follows_the_package(helm: Path) -> None:
-    _run([helm, "lint", "--strict", GPU_DRA_CHART])
-    meta = yaml.safe_load((GPU_DRA_CHART / "Chart.yaml").read_text())
+def test_dra_chart_refuses_an_unknown_driver(helm: Path) -> None:
+    proc = subprocess.run(
+        [str(helm), "template", "x", str(DRA_CHART), "--set", "driver=tpu"], capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and 'driver: "tpu" is not one of dlb, dsa, fpga' in proc.stderr
+
+
+def test_dra_chart_lints_and_follows_the_package(helm: Path) -> None:
+    for kind in DRA_KINDS:
+        _run([helm, "lint", "--strict", DRA_CHART, "--set", f"driver={kind}"])
+    meta = yaml.safe_load((DRA_CHART / "Chart.yaml").read_text())
     assert meta["version"] == meta["appVersion"] == images.PROJECT_VERSION
 
 
@@ -382,7 +432,7 @@ def test_operator_installs_restrict_the_dra_drivers_service_account(
     for objs in installs:
         (manager,) = (o for o in objs.values() if o["kind"] == "Deployment")
         env = {e["name"]: e.get("value") for e in manager["spec"]["template"]["spec"]["containers"][0]["env"]}
-        account = env["GPU_DRA_DRIVER_SERVICE_ACCOUNT"]
+        account = env["DRA_DRIVER_SERVICE_ACCOUNT"]
         namespace = manager["metadata"]["namespace"]
         assert ("ServiceAccount", account) in objs
         assert _policy_user(objs) == f"system:serviceaccount:{namespace}:{account}"

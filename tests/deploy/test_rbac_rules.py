@@ -65,9 +65,9 @@ def test_rmd_operator_reads_and_updates_only_the_two_tls_secrets() -> None:
     assert not rules_for(rules_of(path, "ClusterRole", "intel-rmd-operator"), "secrets")
 
 
-def test_gpu_dra_driver_gets_the_same_narrow_rights_standalone_and_from_the_operator() -> None:
-    standalone = rules_of(DEPLOY / "dra" / "gpu" / "rbac.yaml", "ClusterRole", "intel-gpu-dra-driver")
-    operator = rules_of(DEPLOY / "operator" / "rbac" / "gpu_dra_driver.yaml", "ClusterRole", "gpu-dra-driver")
+def test_dra_drivers_get_the_same_narrow_rights_standalone_and_from_the_operator() -> None:
+    standalone = rules_of(DEPLOY / "dra" / "base" / "rbac.yaml", "ClusterRole", "intel-dra-driver")
+    operator = rules_of(DEPLOY / "operator" / "rbac" / "dra_driver.yaml", "ClusterRole", "dra-driver")
     assert standalone == operator
     assert rules_for(standalone, "nodes") == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
     (claims,) = rules_for(standalone, "resourceclaims")

@@ -1,9 +1,10 @@
-"""``deploy/dra/gpu`` on a real API server: the driver's ServiceAccount, with a token bound to a pod on node
-A, writes A's ResourceSlices and no other node's (the ValidatingAdmissionPolicy), and its ClusterRole
-allows the calls the driver makes and nothing else."""
+"""``deploy/dra/<kind>`` for every kind on a real API server: each driver's ServiceAccount, with a token
+bound to a pod on node A, writes A's ResourceSlices and no other node's (the ValidatingAdmissionPolicy), and
+its ClusterRole allows the calls the driver makes and nothing else; so does the operator's driver identity."""
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,12 +19,15 @@ from k8stest.operatorinstall import Kubectl
 
 pytestmark = pytest.mark.k8s
 
-NAMESPACE = "intel-gpu-dra-driver"
-ACCOUNT = "intel-gpu-dra-driver"
-# The same driver identity as the operator installation names it (deploy/operator/rbac/gpu_dra_driver.yaml).
+KINDS = ("dlb", "dsa", "fpga", "gpu", "iaa", "npu", "qat", "sgx")
+# Each standalone install names its namespace and ServiceAccount intel-<kind>-dra-driver.
+# The operator installation's one identity for every kind's driver (deploy/operator/rbac/dra_driver.yaml).
 OPERATOR_NAMESPACE = "inteldeviceplugins-system"
-OPERATOR_ACCOUNT = "intel-deviceplugins-gpu-dra-driver"
-IDENTITIES = {"standalone": (NAMESPACE, ACCOUNT), "operator": (OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)}
+OPERATOR_ACCOUNT = "intel-deviceplugins-dra-driver"
+IDENTITIES = {kind: (f"intel-{kind}-dra-driver",) * 2 for kind in KINDS} | {
+    "operator": (OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
+}
+NAMESPACE, ACCOUNT = IDENTITIES["gpu"]
 DRIVER = "gpu.intel.com"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 JSON = dict[str, Any]
@@ -38,12 +42,12 @@ def rendered(kubectl: Kubectl, *path: str) -> list[JSON]:
 
 def operator_driver_objects(kubectl: Kubectl) -> list[JSON]:
     """What the operator installation ships for its GPU DRA driver pods."""
-    return [d for d in rendered(kubectl, "operator", "default") if "gpu-dra-driver" in d["metadata"]["name"]]
+    return [d for d in rendered(kubectl, "operator", "default") if "dra-driver" in d["metadata"]["name"]]
 
 
-def slice_for(name: str, node: str | None) -> JSON:
+def slice_for(name: str, node: str | None, driver: str = DRIVER) -> JSON:
     spec: JSON = {
-        "driver": DRIVER,
+        "driver": driver,
         "pool": {"name": node or "cluster", "generation": 1, "resourceSliceCount": 1},
         "devices": [{"name": "card0"}],
     }
@@ -74,9 +78,9 @@ def installed(k8s_binaries: Binaries, k8s_control_plane: ControlPlane) -> Iterat
     own); the DaemonSet is checked by the API server's validation only."""
     kubectl = Kubectl(k8s_binaries.path("kubectl"), k8s_control_plane.admin_kubeconfig)
     admin = k8s_control_plane.client()
-    docs = rendered(kubectl, "dra", "gpu")
+    docs = [d for kind in KINDS for d in rendered(kubectl, "dra", kind)]
     others = [d for d in docs if d["kind"] != "DaemonSet"]
-    (daemonset,) = (d for d in docs if d["kind"] == "DaemonSet")
+    daemonsets = [d for d in docs if d["kind"] == "DaemonSet"]
 
     # The operator's namespace may be another test module's too: created if missing, never deleted here;
     # one that module's teardown left terminating is waited out first.
@@ -95,11 +99,11 @@ def installed(k8s_binaries: Binaries, k8s_control_plane: ControlPlane) -> Iterat
     text = yaml.safe_dump_all(others + operator_driver_objects(kubectl))
     kubectl("apply", "-f", "-", stdin=text)
     try:
-        kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(daemonset))
+        kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(daemonsets))
         yield docs
     finally:
         for s in admin.get(SLICES)["items"]:
-            if s["spec"]["driver"] == DRIVER:
+            if s["spec"]["driver"].endswith(".intel.com"):
                 admin.delete_if_present(f"{SLICES}/{s['metadata']['name']}")
         for pod in admin.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods")["items"]:
             if pod["spec"].get("serviceAccountName") == OPERATOR_ACCOUNT:
@@ -110,9 +114,7 @@ def installed(k8s_binaries: Binaries, k8s_control_plane: ControlPlane) -> Iterat
         admin.close()
 
 
-def pod_on(
-    admin: KubeClient, name: str, node: str, identity: tuple[str, str] = IDENTITIES["standalone"]
-) -> JSON:
+def pod_on(admin: KubeClient, name: str, node: str, identity: tuple[str, str] = IDENTITIES["gpu"]) -> JSON:
     """A pod of the driver's ServiceAccount bound to ``node`` (kwok runs it)."""
     namespace, account = identity
     return admin.create(
@@ -134,7 +136,7 @@ def token_client(
     cp: ControlPlane,
     admin: KubeClient,
     pod: JSON | None,
-    identity: tuple[str, str] = IDENTITIES["standalone"],
+    identity: tuple[str, str] = IDENTITIES["gpu"],
 ) -> KubeClient:
     """The driver's ServiceAccount with a token bound to ``pod`` (as the kubelet mounts it), or unbound."""
     namespace, account = identity
@@ -154,7 +156,7 @@ def token_client(
 
 
 @pytest.mark.parametrize("install", sorted(IDENTITIES))
-def test_driver_writes_only_its_own_nodes_slices(
+def test_each_driver_writes_only_its_own_nodes_slices(
     installed: list[JSON],
     k8s_control_plane: ControlPlane,
     k8s_admin: KubeClient,
@@ -162,6 +164,9 @@ def test_driver_writes_only_its_own_nodes_slices(
     install: str,
 ) -> None:
     identity = IDENTITIES[install]
+    kind_driver = f"{install if install in KINDS else 'qat'}.intel.com"
+    kind_slice = functools.partial(slice_for, driver=kind_driver)
+
     node_a, node_b = kwok_nodes(2)
     pod = pod_on(k8s_admin, f"driver-a-{install}", node_a, identity)
     driver = token_client(k8s_control_plane, k8s_admin, pod, identity)
@@ -177,7 +182,7 @@ def test_driver_writes_only_its_own_nodes_slices(
         # The policy takes effect once the API server's policy cache has it: until then B's slice is created.
         def b_denied() -> str | None:
             try:
-                driver.create(SLICES, slice_for(f"probe-b-{install}", node_b))
+                driver.create(SLICES, kind_slice(f"probe-b-{install}", node_b))
             except ApiError as e:
                 return str(e.body) if e.status == 403 else None
 
@@ -188,15 +193,15 @@ def test_driver_writes_only_its_own_nodes_slices(
             "the ResourceSlice policy", b_denied, timeout=30
         )
         assert "ResourceSlices of no node" in denied(
-            lambda: driver.create(SLICES, slice_for(f"everywhere-{install}", None))
+            lambda: driver.create(SLICES, kind_slice(f"everywhere-{install}", None))
         )
 
         own_name, own2, other_name = f"own-a-{install}", f"own-a2-{install}", f"other-b-{install}"
-        own = driver.create(SLICES, slice_for(own_name, node_a))
+        own = driver.create(SLICES, kind_slice(own_name, node_a))
         own["spec"]["devices"].append({"name": "card1"})
         driver.request("PUT", f"{SLICES}/{own_name}", own)
         driver.merge_patch(f"{SLICES}/{own_name}", {"metadata": {"labels": {"patched": "yes"}}})
-        k8s_admin.create(SLICES, slice_for(other_name, node_b))
+        k8s_admin.create(SLICES, kind_slice(other_name, node_b))
         other = driver.get(f"{SLICES}/{other_name}")  # reading is not restricted
         other["spec"]["devices"] = []
         assert node_b in denied(lambda: driver.request("PUT", f"{SLICES}/{other_name}", other))
@@ -209,7 +214,7 @@ def test_driver_writes_only_its_own_nodes_slices(
             driver.delete(SLICES)
         assert k8s_admin.get(f"{SLICES}/{other_name}")["spec"]["nodeName"] == node_b
         selector = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node_a}"})
-        driver.create(SLICES, slice_for(own2, node_a))
+        driver.create(SLICES, kind_slice(own2, node_a))
         driver.delete(f"{SLICES}?{selector}")
         names = {s["metadata"]["name"] for s in k8s_admin.get(SLICES)["items"]}
         assert own2 not in names and own_name not in names and other_name in names
@@ -260,12 +265,16 @@ def allowed(client: KubeClient, verb: str, group: str, resource: str, namespace:
     return bool(review["status"]["allowed"])
 
 
-def test_cluster_role_allows_the_drivers_calls_and_no_more(
+@pytest.mark.parametrize("install", sorted(IDENTITIES))
+def test_each_cluster_role_allows_the_drivers_calls_and_no_more(
     installed: list[JSON],
     k8s_control_plane: ControlPlane,
     k8s_admin: KubeClient,
     kwok_nodes: Callable[..., list[str]],
+    install: str,
 ) -> None:
+    identity = IDENTITIES[install]
+    own_namespace = identity[0]
     (node,) = kwok_nodes(1)
     claims = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
     k8s_admin.create(
@@ -273,11 +282,13 @@ def test_cluster_role_allows_the_drivers_calls_and_no_more(
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
-            "metadata": {"name": "dra-deploy-claim"},
+            "metadata": {"name": f"dra-deploy-claim-{install}"},
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
         },
     )
-    driver = token_client(k8s_control_plane, k8s_admin, pod_on(k8s_admin, "driver-rbac", node))
+    driver = token_client(
+        k8s_control_plane, k8s_admin, pod_on(k8s_admin, f"driver-rbac-{install}", node, identity), identity
+    )
     try:
         # The calls the driver makes: its Node (owner of its slices), its slices listed and watched by
         # node and driver, and the claims the kubelet names.
@@ -286,7 +297,8 @@ def test_cluster_role_allows_the_drivers_calls_and_no_more(
         listed = driver.get(f"{SLICES}?{selector}")
         version = listed["metadata"]["resourceVersion"]
         driver.get(f"{SLICES}?{selector}&watch=1&timeoutSeconds=1&resourceVersion={version}")
-        assert driver.get(f"{claims}/dra-deploy-claim")["metadata"]["name"] == "dra-deploy-claim"
+        claim = f"dra-deploy-claim-{install}"
+        assert driver.get(f"{claims}/{claim}")["metadata"]["name"] == claim
         for verb in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"):
             assert allowed(driver, verb, "resource.k8s.io", "resourceslices"), verb
         # And nothing more.
@@ -301,16 +313,16 @@ def test_cluster_role_allows_the_drivers_calls_and_no_more(
             ("create", "resource.k8s.io", "resourceclaimtemplates", "default"),
             ("list", "", "nodes", ""),
             ("patch", "", "nodes", ""),
-            ("get", "", "pods", NAMESPACE),
-            ("get", "", "secrets", NAMESPACE),
-            ("list", "", "configmaps", NAMESPACE),
-            ("create", "", "events", NAMESPACE),
+            ("get", "", "pods", own_namespace),
+            ("get", "", "secrets", own_namespace),
+            ("list", "", "configmaps", own_namespace),
+            ("create", "", "events", own_namespace),
         ):
             assert not allowed(driver, verb, group, resource, namespace), (verb, group, resource)
         denied(lambda: driver.get(claims))
     finally:
         driver.close()
-        k8s_admin.delete_if_present(f"{claims}/dra-deploy-claim")
+        k8s_admin.delete_if_present(f"{claims}/dra-deploy-claim-{install}")
 
 
 def test_device_classes_map_the_plugins_extended_resources(
@@ -325,19 +337,16 @@ def test_device_classes_map_the_plugins_extended_resources(
         assert f'.driver == "{driver}"' in selector["cel"]["expression"]
 
 
-def test_rendered_objects_are_the_ones_under_test(installed: list[JSON]) -> None:
-    kinds = sorted(d["kind"] for d in installed)
-    assert kinds == sorted(
-        [
-            "Namespace",
-            "ServiceAccount",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding",
-            "DaemonSet",
-            "DeviceClass",
-            "DeviceClass",
-            "DeviceClass",
-        ]
+def test_device_classes_of_every_kind_are_on_the_server(installed: list[JSON], k8s_admin: KubeClient) -> None:
+    """Every shipped class passed the API server's validation; each kind's install has its own objects."""
+    classes = "/apis/resource.k8s.io/v1/deviceclasses"
+    shipped = [d for d in installed if d["kind"] == "DeviceClass"]
+    assert len(shipped) > 3
+    for cls in shipped:
+        on_server = k8s_admin.get(f"{classes}/{cls['metadata']['name']}")
+        assert on_server["spec"]["selectors"] == cls["spec"]["selectors"]
+        assert on_server["spec"].get("extendedResourceName") == cls["spec"].get("extendedResourceName")
+    per_kind = sorted(d["kind"] for d in installed if d["metadata"]["name"] == "intel-qat-dra-driver")
+    assert per_kind == sorted(
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"]
     )

@@ -33,8 +33,8 @@ from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kwok import wait_daemonset_ready
 from k8stest.operatorinstall import (
+    DRA_DRIVER_SA,
     FPGA_PLUGIN_SA,
-    GPU_DRA_DRIVER_SA,
     NS,
     SA,
     SECRET,
@@ -636,13 +636,13 @@ def test_gpu_cr_switches_between_plugin_and_dra_driver(
     crs(DeviceKind.GPU, pool, {"nodeSelector": {TEST_LABEL: pool}, "deployAs": "DRADriver"})
     ds = wait_daemonset_ready(admin, NS, DeviceKind.GPU.daemonset_name(pool), expected=1, timeout=120)
     pod_spec = ds["spec"]["template"]["spec"]
-    assert pod_spec["serviceAccountName"] == GPU_DRA_DRIVER_SA
+    assert pod_spec["serviceAccountName"] == DRA_DRIVER_SA
     assert pod_spec["containers"][0]["command"] == ["intel_gpu_dra_driver"]
     assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     eventually("the CR's status", lambda: status_matches(admin, DeviceKind.GPU, pool, {node}))
     policies = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
-    policy = f"{policies}/{GPU_DRA_DRIVER_SA}-resourceslices"
-    assert GPU_DRA_DRIVER_SA in admin.get(policy)["spec"]["matchConditions"][0]["expression"]
+    policy = f"{policies}/{DRA_DRIVER_SA}-resourceslices"
+    assert DRA_DRIVER_SA in admin.get(policy)["spec"]["matchConditions"][0]["expression"]
     # A plugin-only field is refused by the webhook, naming it.
     with pytest.raises(ApiError) as info:
         admin.merge_patch(cr_path(DeviceKind.GPU, pool), {"spec": {"sharedDevNum": 2}})
@@ -731,7 +731,8 @@ def test_combined_mode_runs_every_kind_from_one_daemonset(
     installed: Installed, admin: KubeClient, crs: Callable[..., JSON], kwok_nodes: Callable[..., list[str]]
 ) -> None:
     """A leader started with DEVICEPLUGIN_COMBINED=true: one DaemonSet for a GPU and a QAT CR, Ready on the
-    nodes either selects, each CR's status following it; then the per-kind operator leads again."""
+    nodes either selects, each CR's status following it, and one for an SGX DRADriver CR; then the per-kind
+    operator leads again."""
     managed = f"/apis/apps/v1/namespaces/{NS}/daemonsets?labelSelector=app.kubernetes.io/managed-by"
     eventually("earlier tests' DaemonSets to go", lambda: not admin.get(managed)["items"], timeout=60)
     # the one extra right of deploy/operator/combined, as its overlay renders it
@@ -792,10 +793,30 @@ def combined_mode_run(
         assert status["controlledDaemonSet"]["name"] == "intel-device-plugins"
     assert get_or_none(admin, ds_path(DeviceKind.GPU, gpu)) is None
 
-    # every CR gone: the garbage collector removes the DaemonSet; then the per-kind operator leads again
+    # A DRADriver CR runs in the DRA drivers' own combined DaemonSet, under the drivers' ServiceAccount.
+    sgx = unique("comb-sgx")
+    dra_nodes = set(kwok_nodes(1, labels={TEST_LABEL: sgx}))
+    crs(DeviceKind.SGX, sgx, {"nodeSelector": {TEST_LABEL: sgx}, "deployAs": "DRADriver"})
+    dra = wait_daemonset_ready(admin, NS, "intel-dra-drivers", expected=1, timeout=120)
+    dra_pod = dra["spec"]["template"]["spec"]
+    (driver,) = dra_pod["containers"]
+    assert driver["command"] == ["intel_dra_drivers"] and "sgx" in driver["args"]
+    assert dra_pod["serviceAccountName"] == DRA_DRIVER_SA
+    assert [r["name"] for r in dra["metadata"]["ownerReferences"]] == [sgx]
+    eventually(f"{sgx} status", functools.partial(status_matches, admin, DeviceKind.SGX, sgx, dra_nodes))
+    assert (
+        admin.get(cr_path(DeviceKind.SGX, sgx))["status"]["controlledDaemonSet"]["name"]
+        == "intel-dra-drivers"
+    )
+    assert len(admin.get(path)["metadata"]["ownerReferences"]) == 2, "the plugins' DaemonSet is unchanged"
+
+    # every CR gone: the garbage collector removes the DaemonSets; then the per-kind operator leads again
     admin.delete(cr_path(DeviceKind.GPU, gpu))
     admin.delete(cr_path(DeviceKind.QAT, qat))
+    admin.delete(cr_path(DeviceKind.SGX, sgx))
     eventually("the combined DaemonSet to go", lambda: get_or_none(admin, path) is None, timeout=60)
+    dra_path = f"/apis/apps/v1/namespaces/{NS}/daemonsets/intel-dra-drivers"
+    eventually("the DRA drivers' DaemonSet to go", lambda: get_or_none(admin, dra_path) is None, timeout=60)
     plain = installed.start_operator(unique("operator-d"))
     installed.route_webhooks_to(plain)
     combined.proc.stop()

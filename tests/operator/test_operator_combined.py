@@ -15,6 +15,7 @@ from intel_device_plugins.operator.combined import (
     Member,
     combined_args,
     combined_daemonset,
+    combined_dra_daemonset,
     served_members,
 )
 from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
@@ -148,3 +149,51 @@ def test_every_container_and_init_container_of_the_combined_pod_is_hardened() ->
         "enable-vfs",
     }
     assert_hardened(pod(ds))
+
+
+def dra_member(kind: DeviceKind, **spec: Any) -> Member:
+    """Upstream's sample CR of ``kind`` turned into a DRA driver CR (its plugin-only fields dropped)."""
+    body = dict(yaml.safe_load(UPSTREAM_SAMPLES.read_text())["samples"][kind.value]["spec"])
+    for field in ("sharedDevNum", "preferredAllocationPolicy", "enclaveLimit", "provisionLimit"):
+        body.pop(field, None)
+    body.update(image="intel-device-plugins/intel-device-plugins-node:0.1.0", deployAs="DRADriver", **spec)
+    return Member(parse_spec(kind, body), Owner(kind, f"{kind.value}-dra", f"uid-{kind.value}"))
+
+
+def test_dra_drivers_share_one_process_with_each_kinds_flags_and_rights() -> None:
+    members = [
+        dra_member(DeviceKind.QAT),
+        dra_member(DeviceKind.FPGA, mode="region"),
+        dra_member(DeviceKind.SGX),
+    ]
+    ds = combined_dra_daemonset(members, NS, dra_service_account="dra-sa")
+    spec = pod(ds)
+    (container,) = spec["containers"]
+    args = container["args"]
+    assert args.count("-cdi-root") == 1, "the shared flags are given once"
+    drivers = [shlex.split(args[i + 1]) for i, a in enumerate(args) if a == "--driver"]
+    assert [d[0] for d in drivers] == ["qat", "fpga", "sgx"]
+    assert drivers[1][1:] == ["-mode", "region"]
+    assert "-dpdk-driver" in drivers[0]
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/run/cdi",
+        "/sys/bus/pci",
+    }
+    names = [v["name"] for v in spec["volumes"]]
+    assert len(names) == len(set(names))
+    assert {i["name"] for i in spec["initContainers"]} >= {
+        "intel-fpga-initcontainer",
+        "intel-qat-initcontainer",
+    }
+    assert spec["serviceAccountName"] == "dra-sa" and spec["automountServiceAccountToken"] is True
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert [e["name"] for e in container["env"]] == ["NODE_NAME", "POD_UID"]
+    assert_hardened(spec)
+
+
+def test_no_dra_member_is_an_error() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        combined_dra_daemonset([], NS)

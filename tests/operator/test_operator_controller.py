@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.kube.workqueue import WorkQueue, backoff
 from intel_device_plugins.operator import cli
-from intel_device_plugins.operator.combined import COMBINED_NAME
+from intel_device_plugins.operator.combined import COMBINED_DRA_NAME, COMBINED_NAME
 from intel_device_plugins.operator.controller import (
     ALL_CRS,
     FIELD_MANAGER,
@@ -642,21 +642,44 @@ async def test_invalid_spec_is_reported_and_the_others_still_served() -> None:
     assert cond["type"] == "SpecValid" and cond["status"] == "False" and "sharedDevNum" in cond["message"]
 
 
-async def test_a_dra_driver_cr_is_reported_not_combined() -> None:
+async def test_dra_driver_crs_run_in_one_dra_drivers_daemonset() -> None:
     api = CombinedApi()
     api.add_cr(DeviceKind.GPU, "dra", {"image": node_image(), "deployAs": "DRADriver"})
+    api.add_cr(DeviceKind.QAT, "qat-dra", {"image": node_image(), "deployAs": "DRADriver"})
     api.add_cr(DeviceKind.SGX, "sgx", combined_spec(DeviceKind.SGX))
-    await make_combined(api).reconcile(DeviceKind.GPU, "dra")
-    (applied,) = api.applies
-    assert [r["name"] for r in applied["metadata"]["ownerReferences"]] == ["sgx"]
-    assert "gpu" not in " ".join(applied["spec"]["template"]["spec"]["containers"][0]["args"])
-    (cond,) = api.crs[("gpudeviceplugins", "dra")]["status"]["conditions"]
-    assert (cond["type"], cond["status"], cond["reason"]) == (
-        "CombinedProcess",
-        "False",
-        "DRADriverNotCombined",
+    rec = Reconciler(
+        cast(AsyncClient, api),
+        ControllerConfig(NS, ALL_KINDS, {}, combined=True, dra_service_account="dra-sa"),
+        Metrics(),
+        now=lambda: "2026-11-23T10:00:00Z",
     )
-    assert "--combined-plugin-process" in cond["message"]
+    await rec.reconcile(DeviceKind.GPU, "dra")
+    by_name = {a["metadata"]["name"]: a for a in api.applies}
+    assert set(by_name) == {COMBINED_NAME, COMBINED_DRA_NAME}
+    plugins, drivers = by_name[COMBINED_NAME], by_name[COMBINED_DRA_NAME]
+    assert [r["name"] for r in plugins["metadata"]["ownerReferences"]] == ["sgx"]
+    assert [r["name"] for r in drivers["metadata"]["ownerReferences"]] == ["dra", "qat-dra"]
+    pod_spec = drivers["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    assert container["command"] == ["intel_dra_drivers"]
+    drivers_args = [container["args"][i + 1] for i, a in enumerate(container["args"]) if a == "--driver"]
+    assert [d.split()[0] for d in drivers_args] == ["gpu", "qat"]
+    assert pod_spec["serviceAccountName"] == "dra-sa"
+    for name in ("dra", "qat-dra"):
+        plural = "gpudeviceplugins" if name == "dra" else "qatdeviceplugins"
+        status = api.crs[(plural, name)]["status"]
+        assert status["controlledDaemonSet"]["name"] == COMBINED_DRA_NAME
+
+
+async def test_no_dra_driver_cr_left_deletes_the_dra_drivers_daemonset() -> None:
+    api = CombinedApi()
+    api.add_cr(DeviceKind.SGX, "sgx", combined_spec(DeviceKind.SGX))
+    rec = make_combined(api)
+    await rec.reconcile(DeviceKind.SGX, "sgx")
+    assert api.deleted == [], "no DRA DaemonSet was seen: nothing to delete"
+    rec.on_daemonset_event("ADDED", {"metadata": {"name": COMBINED_DRA_NAME}})
+    await rec.reconcile(DeviceKind.SGX, "sgx")
+    assert api.deleted == [COMBINED_DRA_NAME]
 
 
 async def test_no_cr_left_deletes_the_daemonset() -> None:
@@ -687,3 +710,14 @@ def test_setting_from_flag_and_env() -> None:
         assert "DEVICEPLUGIN_COMBINED" in str(exc)
     else:
         raise AssertionError("a bad DEVICEPLUGIN_COMBINED must be refused")
+
+
+def test_the_dra_service_account_is_read_under_its_current_and_its_old_name() -> None:
+    assert (
+        cli.dra_service_account(
+            {"DRA_DRIVER_SERVICE_ACCOUNT": "new", "GPU_DRA_DRIVER_SERVICE_ACCOUNT": "old"}
+        )
+        == "new"
+    )
+    assert cli.dra_service_account({"GPU_DRA_DRIVER_SERVICE_ACCOUNT": "old"}) == "old"
+    assert cli.dra_service_account({}) == ""

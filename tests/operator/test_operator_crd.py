@@ -44,7 +44,6 @@ EXPECTED_FIELDS = {
         "sharedDevNum",
         "enableMonitoring",
         "resourceManager",
-        "deployAs",
     },
     DeviceKind.IAA: {"provisioningConfig", "sharedDevNum"},
     DeviceKind.NPU: {"sharedDevNum"},
@@ -61,7 +60,7 @@ EXPECTED_FIELDS = {
 
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)
 def test_spec_fields(kind: DeviceKind) -> None:
-    common = {"nodeSelector", "image", "tolerations", "logLevel"}
+    common = {"nodeSelector", "image", "tolerations", "logLevel", "deployAs"}  # every kind has a DRA driver
     if kind is not DeviceKind.NPU:
         common.add("initImage")
     assert set(_props(kind)) == common | EXPECTED_FIELDS[kind]

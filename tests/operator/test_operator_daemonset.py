@@ -481,8 +481,7 @@ def test_iaa_always_selects_amd64(selector: dict[str, str], expected: dict[str, 
         assert pod(build(DeviceKind.DSA, {"nodeSelector": selector}))["nodeSelector"] == selector
 
 
-STANDALONE_GPU_DRA = ROOT / "deploy" / "dra" / "gpu" / "daemonset.yaml"
-DRA_SA = "intel-deviceplugins-gpu-dra-driver"
+DRA_SA = "intel-deviceplugins-dra-driver"
 
 
 def dra(spec: dict[str, Any], service_account: str = DRA_SA) -> dict[str, Any]:
@@ -549,10 +548,52 @@ def test_dra_driver_keeps_the_crs_selector_tolerations_and_nfd_hook() -> None:
     assert init["name"] == "intel-gpu-initcontainer" and "nfd-sources" in volumes(ds)
 
 
-def test_standalone_dra_driver_pod_is_the_operators() -> None:
-    standalone = yaml.safe_load(STANDALONE_GPU_DRA.read_text())
-    operator = pod(dra({}, service_account="intel-gpu-dra-driver"))
-    # The deprecated alias matters only to a DaemonSet that switches between plugin and driver.
-    assert operator.pop("serviceAccount") == operator["serviceAccountName"]
-    assert pod(standalone) == operator
-    assert standalone["spec"]["updateStrategy"] == dra({})["spec"]["updateStrategy"]
+def dra_of(kind: DeviceKind, spec: dict[str, Any]) -> dict[str, Any]:
+    parsed = parse_spec(kind, {"image": images.node_image(), "deployAs": "DRADriver", **spec})
+    return desired_daemonset(parsed, Owner(kind, "sample", "uid-1"), NS, dra_service_account=DRA_SA)
+
+
+@pytest.mark.parametrize("kind", list(DeviceKind), ids=lambda k: k.value)
+def test_every_kind_deploys_its_dra_driver_in_the_plugins_daemonset(kind: DeviceKind) -> None:
+    plugin, driver = build(kind, {"image": images.node_image()}), dra_of(kind, {"logLevel": 2})
+    assert driver["metadata"] == plugin["metadata"]
+    c = container(driver)
+    assert (c["name"], c["command"]) == (f"intel-{kind.value}-dra-driver", [f"intel_{kind.value}_dra_driver"])
+    assert c["args"][:2] == ["-v", "2"]
+    assert pod(driver)["serviceAccountName"] == DRA_SA
+    assert driver["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    writable = {p for p, m in mounts.items() if not m.get("readOnly")}
+    own = {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"}
+    assert writable == own | ({"/sys/bus/pci"} if kind is DeviceKind.QAT else set())
+    names = [v["name"] for v in pod(driver)["volumes"]]
+    assert len(names) == len(set(names)), names
+
+
+def test_qat_driver_gets_the_plugins_device_flags_and_init_container_without_volume_clashes() -> None:
+    ds = dra_of(
+        DeviceKind.QAT,
+        {"kernelVfDrivers": ["4xxxvf"], "maxNumDevices": 4, "initImage": INIT.format("qat-initcontainer")},
+    )
+    assert container(ds)["args"][8:] == [
+        "-dpdk-driver",
+        "vfio-pci",
+        "-kernel-vf-drivers",
+        "4xxxvf",
+        "-max-num-devices",
+        "4",
+    ]
+    (init,) = pod(ds)["initContainers"]
+    by_name = volumes(ds)
+    # The init container's /sys/devices volume would clash with the driver's /sys: it is renamed.
+    init_mounts = {m["mountPath"]: by_name[m["name"]]["hostPath"]["path"] for m in init["volumeMounts"]}
+    assert init_mounts["/sys/devices"] == "/sys/devices"
+    assert by_name["sysfs"]["hostPath"]["path"] == "/sys"
+
+
+def test_fpga_driver_installs_the_cri_hook_and_takes_the_mode() -> None:
+    ds = dra_of(DeviceKind.FPGA, {"mode": "region"})
+    assert container(ds)["args"][-2:] == ["-mode", "region"]
+    (init,) = pod(ds)["initContainers"]
+    assert init["command"] == ["intel_fpga_hook_install"] and init["image"] == images.node_image()
+    assert volumes(ds)["intel-fpga-sw"]["hostPath"]["path"] == "/opt/intel/fpga-sw"

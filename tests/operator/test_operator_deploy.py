@@ -17,7 +17,12 @@ from k8stest.binaries import find_binaries, in_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-KUSTOMIZE_DIRS = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+# Components (kind: Component) render only as part of a kustomization that uses them.
+KUSTOMIZE_DIRS = sorted(
+    p.parent
+    for p in DEPLOY.rglob("kustomization.yaml")
+    if yaml.safe_load(p.read_text()).get("kind") != "Component"
+)
 
 
 @cache
@@ -113,7 +118,7 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
     crs = next(r for r in cluster if "gpudeviceplugins" in r.get("resources", []))
     assert set(crs["verbs"]) == {"get", "list", "watch"}
     fpga_sa = "intel-deviceplugins-fpga-plugin"
-    dra_sa = "intel-deviceplugins-gpu-dra-driver"
+    dra_sa = "intel-deviceplugins-dra-driver"
     for binding in by_kind(docs, "RoleBinding") + by_kind(docs, "ClusterRoleBinding"):
         (subject,) = binding["subjects"]
         assert subject["name"] in ("intel-deviceplugins-controller-manager", fpga_sa, dra_sa)

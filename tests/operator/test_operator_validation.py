@@ -319,3 +319,52 @@ def test_the_same_fields_stay_valid_for_the_device_plugin() -> None:
     }
     assert validate_object(DeviceKind.GPU, {"spec": spec}).allowed
     assert not validate_object(DeviceKind.GPU, {"spec": {**spec, "deployAs": "DRADriver"}}).allowed
+
+
+# Every other kind: (kind, a field its driver has no use for, a value, a word of the reason).
+OTHER_KINDS_UNUSED = [
+    (DeviceKind.QAT, "preferredAllocationPolicy", "packed", "scheduler"),
+    (DeviceKind.DSA, "sharedDevNum", 4, "allowMultipleAllocations"),
+    (DeviceKind.DSA, "driver", "vfio-pci", "idxd"),
+    (DeviceKind.IAA, "sharedDevNum", 2, "allowMultipleAllocations"),
+    (DeviceKind.NPU, "sharedDevNum", 2, "whole NPU"),
+    (DeviceKind.SGX, "enclaveLimit", 110, "EPC"),
+    (DeviceKind.SGX, "provisionLimit", 110, "EPC"),
+    (DeviceKind.SGX, "dcapInfraResources", True, "DCAP"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "text"), OTHER_KINDS_UNUSED, ids=lambda v: getattr(v, "value", str(v))
+)
+def test_every_kinds_driver_rejects_its_plugin_only_fields(
+    kind: DeviceKind, field: str, value: object, text: str
+) -> None:
+    verdict = validate_object(kind, {"spec": {**DRA, field: value}})
+    assert not verdict.allowed
+    assert f"spec.{field}: " in verdict.message and text in verdict.message, verdict.message
+    # The same field is the device plugin's to use.
+    plugin = validate_object(kind, {"spec": {"image": img(kind.value), field: value}})
+    assert plugin.allowed, plugin.message
+
+
+@pytest.mark.parametrize("kind", [k for k in DeviceKind if k is not DeviceKind.GPU], ids=lambda k: k.value)
+def test_every_kinds_driver_needs_the_node_image(kind: DeviceKind) -> None:
+    assert validate_object(kind, {"spec": DRA}).allowed
+    verdict = validate_object(kind, {"spec": {**DRA, "image": img(kind.value)}})
+    assert not verdict.allowed and f"intel_{kind.value}_dra_driver" in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        (DeviceKind.QAT, {"dpdkDriver": "vfio-pci", "kernelVfDrivers": ["4xxxvf"], "maxNumDevices": 8}),
+        (DeviceKind.FPGA, {"mode": "region"}),
+        (DeviceKind.DSA, {"sharedDevNum": 1, "driver": "idxd"}),
+        (DeviceKind.DLB, {"nodeSelector": {"dlb": "yes"}}),
+    ],
+    ids=lambda v: getattr(v, "value", ""),
+)
+def test_every_kinds_driver_accepts_the_fields_it_uses(kind: DeviceKind, spec: dict[str, Any]) -> None:
+    verdict = validate_object(kind, {"spec": {**DRA, **spec}})
+    assert verdict.allowed, verdict.message

@@ -35,9 +35,11 @@ from intel_device_plugins.operator.kinds import DeviceKind
 # ServiceAccount for FPGA plugin pods, set by the install (whose name prefix may change it); unset keeps
 # the namespace's default ServiceAccount, which usually cannot read the node's mode annotation.
 FPGA_SERVICE_ACCOUNT_ENV: Final = "FPGA_PLUGIN_SERVICE_ACCOUNT"
-# ServiceAccount for GPU DRA driver pods (spec.deployAs DRADriver), set by the install like the FPGA one; the
-# driver's RBAC and the ResourceSlice admission policy name it.
-GPU_DRA_SERVICE_ACCOUNT_ENV: Final = "GPU_DRA_DRIVER_SERVICE_ACCOUNT"
+# ServiceAccount for every kind's DRA driver pods (spec.deployAs DRADriver), set by the install like the FPGA
+# one; the drivers' RBAC and the ResourceSlice admission policy name it. The name it had when only GPUs had a
+# driver is still read, so a manager Deployment written then keeps working.
+DRA_SERVICE_ACCOUNT_ENV: Final = "DRA_DRIVER_SERVICE_ACCOUNT"
+OLD_DRA_SERVICE_ACCOUNT_ENV: Final = "GPU_DRA_DRIVER_SERVICE_ACCOUNT"
 log = logging.getLogger("intel_deviceplugin_operator")
 
 
@@ -117,6 +119,11 @@ def image_env(env: Mapping[str, str], plugin_image: str = "") -> dict[str, str]:
     return out
 
 
+def dra_service_account(env: Mapping[str, str]) -> str:
+    """The DRA drivers' ServiceAccount from the manager's environment, under its current or its old name."""
+    return env.get(DRA_SERVICE_ACCOUNT_ENV) or env.get(OLD_DRA_SERVICE_ACCOUNT_ENV, "")
+
+
 def combined_mode(flag: bool, env: Mapping[str, str]) -> bool:
     """One plugin process per node: the flag, or env ``DEVICEPLUGIN_COMBINED`` (a Go boolean) when set."""
     raw = env.get("DEVICEPLUGIN_COMBINED", "")
@@ -166,7 +173,7 @@ async def amain(
                 env.get("DEVICEPLUGIN_SECRET", ""),
                 workers=opts.workers,
                 fpga_service_account=env.get(FPGA_SERVICE_ACCOUNT_ENV, ""),
-                dra_service_account=env.get(GPU_DRA_SERVICE_ACCOUNT_ENV, ""),
+                dra_service_account=dra_service_account(env),
                 combined=combined_mode(opts.combined_plugin_process, env),
                 identity=identity(env),
             )

@@ -31,7 +31,14 @@ from intel_device_plugins.kube.apierrors import is_status, status_code
 from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.kube.watch import follow
 from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
-from intel_device_plugins.operator.combined import COMBINED_NAME, Member, combined_daemonset, served_members
+from intel_device_plugins.operator.combined import (
+    COMBINED_DRA_NAME,
+    COMBINED_NAME,
+    Member,
+    combined_daemonset,
+    combined_dra_daemonset,
+    served_members,
+)
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE, Owner
 from intel_device_plugins.operator.kinds import API_VERSION, GROUP, VERSION, DeviceKind
 from intel_device_plugins.operator.model import Condition, PluginStatus, SpecError, parse_spec
@@ -200,7 +207,7 @@ class Reconciler:
             self._daemonsets[name] = dict(body)
         if _echoes(event, meta, self._own_daemonset.get(name)):
             return
-        if name == COMBINED_NAME:
+        if name in (COMBINED_NAME, COMBINED_DRA_NAME):
             self.enqueue_all()
             return
         key = owner_key(body, self.cfg.kinds)
@@ -278,7 +285,7 @@ class Reconciler:
                 DaemonSet, namespace=self.cfg.namespace, labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}
             ):
                 name = ds.metadata.name if ds.metadata else ""
-                if name and (name == COMBINED_NAME) != self.cfg.combined:
+                if name and (name in (COMBINED_NAME, COMBINED_DRA_NAME)) != self.cfg.combined:
                     log.info("deleting DaemonSet %s of the other plugin arrangement", name)
                     await self.client.delete(DaemonSet, name, namespace=self.cfg.namespace)
         except Exception as exc:  # retried at the next start; the DaemonSets do no harm meanwhile
@@ -356,7 +363,8 @@ class Reconciler:
                         self.enqueue(kind, other)
 
     async def reconcile_combined(self) -> None:
-        """Combined mode: one DaemonSet runs every enabled kind; each CR's status follows it."""
+        """Combined mode: one DaemonSet runs every enabled kind's device plugin, another every DRA driver
+        (CRs with ``deployAs: DRADriver``); each CR's status follows its DaemonSet."""
         self.metrics.reconciles += 1
         crs: list[tuple[DeviceKind, dict[str, Any]]] = []
         for kind in self.cfg.kinds:
@@ -365,6 +373,7 @@ class Reconciler:
                 if not (body.get("metadata") or {}).get("deletionTimestamp"):
                     crs.append((kind, body))
         members: list[Member] = []
+        dra_members: list[Member] = []
         currents: dict[Key, Mapping[str, Any]] = {}
         generations: dict[Key, int | None] = {}
         for kind, body in crs:
@@ -383,39 +392,48 @@ class Reconciler:
                 await self._write_status(kind, name, current, compute_status(None, (), (cond,)))
                 await self._event(kind, body, "InvalidSpec", message)
                 continue
-            if profile_of(spec).deploys_dra(spec):
-                # The combined process is a device plugin process: it cannot host a DRA driver.
-                message = (
-                    "the combined plugin process runs device plugins only: spec.deployAs DRADriver needs "
-                    "the operator without --combined-plugin-process"
-                )
-                cond = self._combined_condition(
-                    current, "DRADriverNotCombined", message, meta.get("generation")
-                )
-                await self._write_status(kind, name, current, compute_status(None, (), (cond,)))
-                continue
             effective, notes = effective_spec(spec, self.cfg.image_env)
             for note in notes:
                 log.info("%s/%s: %s", kind.kind, name, note)
-            members.append(Member(effective, Owner(kind, name, str(meta.get("uid", "")))))
+            member = Member(effective, Owner(kind, name, str(meta.get("uid", ""))))
+            (dra_members if profile_of(spec).deploys_dra(spec) else members).append(member)
+        await self._combined_group(members, COMBINED_NAME, "plugin", currents, generations)
+        await self._combined_group(dra_members, COMBINED_DRA_NAME, "DRA driver", currents, generations)
+
+    async def _combined_group(
+        self,
+        members: Sequence[Member],
+        name: str,
+        what: str,
+        currents: Mapping[Key, Mapping[str, Any]],
+        generations: Mapping[Key, int | None],
+    ) -> None:
+        """Apply (or, with no member left, delete) one combined DaemonSet and write its members' status."""
         served, skipped = served_members(members)
         if not served:
+            if name == COMBINED_DRA_NAME and name not in self._daemonsets:
+                return  # it exists only once a DRADriver CR asked for it, and the watch then shows it
             try:
-                await self.client.delete(DaemonSet, COMBINED_NAME, namespace=self.cfg.namespace)
+                await self.client.delete(DaemonSet, name, namespace=self.cfg.namespace)
             except Exception as exc:
                 if is_status(exc, 403):
-                    log.warning(
-                        "no right to delete DaemonSet %s (deploy/operator/combined grants it)", COMBINED_NAME
-                    )
+                    log.warning("no right to delete DaemonSet %s (deploy/operator/combined grants it)", name)
                 elif not is_status(exc, 404):
                     raise
             return
+        desired = (
+            combined_dra_daemonset(
+                served, self.cfg.namespace, self.cfg.pull_secret, self.cfg.dra_service_account
+            )
+            if name == COMBINED_DRA_NAME
+            else combined_daemonset(
+                served, self.cfg.namespace, self.cfg.pull_secret, self.cfg.fpga_service_account
+            )
+        )
         ds = await self.client.patch(
             DaemonSet,
-            COMBINED_NAME,
-            combined_daemonset(
-                served, self.cfg.namespace, self.cfg.pull_secret, self.cfg.fpga_service_account
-            ),
+            name,
+            desired,
             namespace=self.cfg.namespace,
             patch_type=PatchType.APPLY,
             field_manager=FIELD_MANAGER,
@@ -425,10 +443,10 @@ class Reconciler:
         pods = [
             _pod_summary(pod)
             async for pod in self.client.list(
-                Pod, namespace=self.cfg.namespace, labels={"app": COMBINED_NAME}, chunk_size=POD_PAGE
+                Pod, namespace=self.cfg.namespace, labels={"app": name}, chunk_size=POD_PAGE
             )
         ]
-        nodes = nodes_by_daemonset(pods).get(COMBINED_NAME, ())
+        nodes = nodes_by_daemonset(pods).get(name, ())
         ds_dict = ds.to_dict()
         for member in served:
             key = (member.owner.kind, member.owner.name)
@@ -438,7 +456,7 @@ class Reconciler:
         for member, instead in skipped:
             key = (member.owner.kind, member.owner.name)
             message = (
-                f"the combined plugin process serves one {key[0].kind} per cluster: "
+                f"the combined {what} process serves one {key[0].kind} per cluster: "
                 f"{instead.owner.name} is served, this one is not"
             )
             cond = self._combined_condition(currents[key], "KindServedByAnotherCR", message, generations[key])

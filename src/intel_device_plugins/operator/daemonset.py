@@ -27,9 +27,11 @@ from intel_device_plugins.operator.pod import (
     DRA_REGISTRAR_DIR,
     JSON,
     PLUGIN_SELINUX,
+    HostMount,
     node_name_env,
     pod_uid_env,
 )
+from intel_device_plugins.operator.profile import DraTemplate, InitParts
 from intel_device_plugins.operator.registry import AnySpec, profile_of
 from intel_device_plugins.plugins import flagnames
 
@@ -88,12 +90,19 @@ def plugin_container(spec: AnySpec) -> JSON:
     return container
 
 
-def dra_args(spec: AnySpec) -> list[str]:
-    """The DRA driver's arguments: ``-v`` and the host directories the pod mounts (the node name comes
+def _dra(spec: AnySpec) -> DraTemplate[AnySpec]:
+    dra = profile_of(spec).dra
+    if dra is None:
+        raise ValueError(f"{spec.KIND.kind} has no DRA driver")
+    return dra
+
+
+def dra_shared_args(log_level: int) -> list[str]:
+    """The flags every DRA driver gets: ``-v`` and the host directories the pod mounts (the node name comes
     from ``NODE_NAME``)."""
     return [
         "-v",
-        str(spec.log_level),
+        str(log_level),
         flagnames.flag(flagnames.DRA_CDI_ROOT),
         CDI_DIR,
         flagnames.flag(flagnames.DRA_REGISTRAR_DIR),
@@ -103,13 +112,26 @@ def dra_args(spec: AnySpec) -> list[str]:
     ]
 
 
+def dra_kind_args(spec: AnySpec) -> list[str]:
+    """The kind's own driver flags (QAT's devices and drivers, FPGA's mode, ...)."""
+    return _dra(spec).args(spec)
+
+
+def dra_args(spec: AnySpec) -> list[str]:
+    """The DRA driver's arguments: the shared flags, then the kind's."""
+    return dra_shared_args(spec.log_level) + dra_kind_args(spec)
+
+
+def dra_mounts(spec: AnySpec) -> tuple[HostMount, ...]:
+    """The driver container's host mounts: the shared ones, then what the kind writes besides."""
+    return DRA_MOUNTS + _dra(spec).mounts(spec)
+
+
 def dra_container(spec: AnySpec) -> JSON:
     """The DRA driver container: root without any capability, read-only root file system; it writes only
     to the hostPath directories of ``DRA_MOUNTS``."""
     kind = spec.KIND
-    dra = profile_of(spec).dra
-    if dra is None:
-        raise ValueError(f"{kind.kind} has no DRA driver")
+    dra = _dra(spec)
     return {
         "name": kind.dra_driver_base,
         "image": spec.image or images.default_plugin_image(kind),
@@ -130,19 +152,37 @@ def dra_container(spec: AnySpec) -> JSON:
             "requests": {"memory": dra.requests[0], "cpu": dra.requests[1]},
             "limits": {"memory": dra.limits[0], "cpu": dra.limits[1]},
         },
-        "volumeMounts": [m.mount() for m in DRA_MOUNTS],
+        "volumeMounts": [m.mount() for m in dra_mounts(spec)],
     }
 
 
-def dra_pod(spec: AnySpec, service_account: str, init_parts: tuple[list[JSON], list[JSON]]) -> JSON:
+def _init_without_clashes(init_parts: InitParts, taken: set[str]) -> InitParts:
+    """The init containers and their volumes, each volume whose name the driver's own volumes already use
+    renamed ``init-<name>`` (QAT's init container calls its /sys/devices volume ``sysfs``, as the driver
+    calls /sys)."""
+    containers, volumes = init_parts
+    fixed = {v["name"]: f"init-{v['name']}" for v in volumes if v["name"] in taken}
+    if not fixed:
+        return init_parts
+    return (
+        [
+            {**c, "volumeMounts": [{**m, "name": fixed.get(m["name"], m["name"])} for m in c["volumeMounts"]]}
+            for c in containers
+        ],
+        [{**v, "name": fixed.get(v["name"], v["name"])} for v in volumes],
+    )
+
+
+def dra_pod(spec: AnySpec, service_account: str, init_parts: InitParts) -> JSON:
     """The DRA driver's pod spec: it calls the API server, so it runs under ``service_account`` (its RBAC
     and the ResourceSlice admission policy name it) with the pod-bound token that names its node."""
-    init_containers, init_volumes = init_parts
+    own = [m.volume() for m in dra_mounts(spec)]
+    init_containers, init_volumes = _init_without_clashes(init_parts, {v["name"] for v in own})
     pod: JSON = {
         "nodeSelector": node_selector(spec),
         "automountServiceAccountToken": True,
         "containers": [dra_container(spec)],
-        "volumes": [m.volume() for m in DRA_MOUNTS] + init_volumes,
+        "volumes": own + init_volumes,
     }
     if service_account:
         pod["serviceAccountName"] = service_account

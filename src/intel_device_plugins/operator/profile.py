@@ -31,18 +31,30 @@ def no_rules(spec: object) -> Findings:
     return [], []
 
 
+def no_args(spec: object) -> list[str]:
+    return []
+
+
+def no_mounts(spec: object) -> tuple[HostMount, ...]:
+    return ()
+
+
 @dataclasses.dataclass(frozen=True)
 class DraTemplate(Generic[S]):
     """The kind's DRA driver: what its DaemonSet runs when the CR says ``deployAs: DRADriver``.
 
-    The driver's pod is the same for every kind but for these figures: the host mounts (``pod.DRA_MOUNTS``),
-    the flags naming them and the ServiceAccount are shared.
+    The driver's pod is the same for every kind but for these parts: the host mounts (``pod.DRA_MOUNTS``),
+    the flags naming them and the ServiceAccount are shared; the kind's init containers are its plugin's.
     """
 
     requests: tuple[str, str]  # memory, cpu
     limits: tuple[str, str]
     unused_fields: Callable[[S], list[FieldError]]
     """Spec fields that mean something to the device plugin only; a DRADriver CR setting them is rejected."""
+    args: Callable[[S], list[str]] = no_args
+    """The kind's own driver flags, after the shared DRA flags (named as the kind's plugin names them)."""
+    mounts: Callable[[S], tuple[HostMount, ...]] = no_mounts
+    """Host paths the kind's driver writes beyond the shared ones (mounted over the read-only /sys)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +93,18 @@ class KindProfile(Generic[S]):
 
     def mounts(self, spec: S) -> tuple[HostMount, ...]:
         return self.main_mounts(spec) if self.main_mounts is not None else self.template.mounts
+
+
+def no_fields(spec: object) -> list[FieldError]:
+    """A kind whose every spec field means the same to its DRA driver."""
+    return []
+
+
+def shared_dev_num_unused(shared_dev_num: int, why: str) -> list[FieldError]:
+    """``sharedDevNum`` above 1 has no DRA counterpart (1, upstream samples' value, means no sharing)."""
+    if shared_dev_num > 1:
+        return [FieldError("spec.sharedDevNum", f"means nothing for deployAs DRADriver: {why}")]
+    return []
 
 
 def count_arg(value: int, default: int) -> str:

@@ -7,6 +7,8 @@ from typing import ClassVar, Final
 
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
@@ -15,13 +17,15 @@ from intel_device_plugins.operator.pod import (
     init_base,
     init_security,
 )
-from intel_device_plugins.operator.profile import InitParts, KindProfile
-from intel_device_plugins.operator.spec import InitImageSpec
+from intel_device_plugins.operator.profile import DraTemplate, InitParts, KindProfile, no_fields
+from intel_device_plugins.operator.spec import InitImageSpec, deploy_as_field
 
 
 @dataclasses.dataclass(frozen=True)
 class DlbSpec(InitImageSpec):
     KIND: ClassVar[DeviceKind] = DeviceKind.DLB
+
+    deploy_as: str = deploy_as_field()
 
 
 TEMPLATE: Final = KindTemplate(
@@ -66,4 +70,6 @@ def init_parts(spec: DlbSpec) -> InitParts:
     )
 
 
-PROFILE: Final = KindProfile(DlbSpec, TEMPLATE, plugin_args, init_parts)
+DRA: Final = DraTemplate[DlbSpec](requests=DRA_REQUESTS, limits=DRA_LIMITS, unused_fields=no_fields)
+
+PROFILE: Final = KindProfile(DlbSpec, TEMPLATE, plugin_args, init_parts, dra=DRA)

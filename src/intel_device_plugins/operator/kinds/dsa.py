@@ -6,8 +6,10 @@ import dataclasses
 from typing import ClassVar, Final
 
 from intel_device_plugins.operator.kinds import DeviceKind
-from intel_device_plugins.operator.kinds.idxd import idxd_init_parts
+from intel_device_plugins.operator.kinds.idxd import SHARED_QUEUES, idxd_init_parts
 from intel_device_plugins.operator.pod import (
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
@@ -15,13 +17,22 @@ from intel_device_plugins.operator.pod import (
     KindTemplate,
 )
 from intel_device_plugins.operator.profile import (
+    DraTemplate,
     Findings,
     InitParts,
     KindProfile,
     count_arg,
     provisioning_needs_init_image,
+    shared_dev_num_unused,
 )
-from intel_device_plugins.operator.spec import SHARED_DEV_NUM_SCHEMA, STR, InitImageSpec, spec_field
+from intel_device_plugins.operator.spec import (
+    SHARED_DEV_NUM_SCHEMA,
+    STR,
+    FieldError,
+    InitImageSpec,
+    deploy_as_field,
+    spec_field,
+)
 from intel_device_plugins.plugins.flagnames import DSA_DRIVER, SHARED_DEV_NUM, flag
 
 
@@ -41,6 +52,7 @@ class DsaSpec(InitImageSpec):
     shared_dev_num: int = spec_field(
         "sharedDevNum", SHARED_DEV_NUM_SCHEMA, "Number of containers that may share one shared work queue.", 0
     )
+    deploy_as: str = deploy_as_field()
 
 
 TEMPLATE: Final = KindTemplate(
@@ -84,4 +96,18 @@ def validate(spec: DsaSpec) -> Findings:
     return provisioning_needs_init_image(spec.provisioning_config, spec.init_image), []
 
 
-PROFILE: Final = KindProfile(DsaSpec, TEMPLATE, plugin_args, init_parts, validate, main_mounts)
+def dra_unused_fields(spec: DsaSpec) -> list[FieldError]:
+    errors = shared_dev_num_unused(spec.shared_dev_num, SHARED_QUEUES)
+    if spec.driver == "vfio-pci":
+        errors.append(
+            FieldError(
+                "spec.driver",
+                "means nothing for deployAs DRADriver: the driver publishes the work queues of idxd devices",
+            )
+        )
+    return errors
+
+
+DRA: Final = DraTemplate[DsaSpec](requests=DRA_REQUESTS, limits=DRA_LIMITS, unused_fields=dra_unused_fields)
+
+PROFILE: Final = KindProfile(DsaSpec, TEMPLATE, plugin_args, init_parts, validate, main_mounts, dra=DRA)

@@ -9,6 +9,8 @@ from typing import ClassVar, Final
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
@@ -17,8 +19,8 @@ from intel_device_plugins.operator.pod import (
     init_base,
     init_security,
 )
-from intel_device_plugins.operator.profile import Findings, InitParts, KindProfile
-from intel_device_plugins.operator.spec import InitImageSpec, spec_field
+from intel_device_plugins.operator.profile import DraTemplate, Findings, InitParts, KindProfile, no_fields
+from intel_device_plugins.operator.spec import InitImageSpec, deploy_as_field, spec_field
 from intel_device_plugins.plugins.flagnames import FPGA_MODE, flag
 
 
@@ -32,6 +34,7 @@ class FpgaSpec(InitImageSpec):
         "Operation mode of the FPGA plugin.",
         "",
     )
+    deploy_as: str = deploy_as_field()
 
 
 TEMPLATE: Final = KindTemplate(
@@ -75,6 +78,15 @@ def validate(spec: FpgaSpec) -> Findings:
     return [], []
 
 
+DRA: Final = DraTemplate[FpgaSpec](
+    # Every field means the same to the driver: the mode decides what a device is, and the init container
+    # installs the CRI hook that region mode's CDI specs run.
+    requests=DRA_REQUESTS,
+    limits=DRA_LIMITS,
+    unused_fields=no_fields,
+    args=plugin_args,
+)
+
 PROFILE: Final = KindProfile(
     FpgaSpec,
     TEMPLATE,
@@ -83,4 +95,5 @@ PROFILE: Final = KindProfile(
     validate,
     late_volumes=("cdidir",),  # upstream's DaemonSet gained the CDI directory after the hook directory
     plugin_service_account=True,
+    dra=DRA,
 )

@@ -10,6 +10,8 @@ from typing import ClassVar, Final
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
     CDI,
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
@@ -184,10 +186,8 @@ def dra_unused_fields(spec: GpuSpec) -> list[FieldError]:
 
 
 DRA: Final = DraTemplate[GpuSpec](
-    # A Python process like the plugin (43-45 MiB peak RSS measured) plus an API client and two gRPC
-    # servers; the limit keeps the plugin's twice-the-request headroom.
-    requests=("64Mi", "40m"),
-    limits=("128Mi", "100m"),
+    requests=DRA_REQUESTS,
+    limits=DRA_LIMITS,
     unused_fields=dra_unused_fields,
 )
 

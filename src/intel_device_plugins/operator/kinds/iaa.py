@@ -6,9 +6,11 @@ import dataclasses
 from typing import ClassVar, Final
 
 from intel_device_plugins.operator.kinds import DeviceKind
-from intel_device_plugins.operator.kinds.idxd import idxd_init_parts
+from intel_device_plugins.operator.kinds.idxd import SHARED_QUEUES, idxd_init_parts
 from intel_device_plugins.operator.pod import (
     DEFAULT_NODE_SELECTOR,
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
@@ -16,13 +18,22 @@ from intel_device_plugins.operator.pod import (
     KindTemplate,
 )
 from intel_device_plugins.operator.profile import (
+    DraTemplate,
     Findings,
     InitParts,
     KindProfile,
     count_arg,
     provisioning_needs_init_image,
+    shared_dev_num_unused,
 )
-from intel_device_plugins.operator.spec import SHARED_DEV_NUM_SCHEMA, STR, InitImageSpec, spec_field
+from intel_device_plugins.operator.spec import (
+    SHARED_DEV_NUM_SCHEMA,
+    STR,
+    FieldError,
+    InitImageSpec,
+    deploy_as_field,
+    spec_field,
+)
 from intel_device_plugins.plugins.flagnames import SHARED_DEV_NUM, flag
 
 
@@ -36,6 +47,7 @@ class IaaSpec(InitImageSpec):
     shared_dev_num: int = spec_field(
         "sharedDevNum", SHARED_DEV_NUM_SCHEMA, "Number of containers that may share one shared work queue.", 0
     )
+    deploy_as: str = deploy_as_field()
 
 
 TEMPLATE: Final = KindTemplate(
@@ -63,6 +75,12 @@ def validate(spec: IaaSpec) -> Findings:
     return provisioning_needs_init_image(spec.provisioning_config, spec.init_image), []
 
 
+def dra_unused_fields(spec: IaaSpec) -> list[FieldError]:
+    return shared_dev_num_unused(spec.shared_dev_num, SHARED_QUEUES)
+
+
+DRA: Final = DraTemplate[IaaSpec](requests=DRA_REQUESTS, limits=DRA_LIMITS, unused_fields=dra_unused_fields)
+
 PROFILE: Final = KindProfile(
     IaaSpec,
     TEMPLATE,
@@ -70,4 +88,5 @@ PROFILE: Final = KindProfile(
     init_parts,
     validate,
     forced_node_selector=DEFAULT_NODE_SELECTOR,  # upstream's IAA always selects amd64 nodes too
+    dra=DRA,
 )

@@ -11,6 +11,11 @@ from intel_device_plugins.operator.pod import (
 )
 from intel_device_plugins.operator.profile import InitParts
 
+SHARED_QUEUES = (
+    "claims share a shared work queue (allowMultipleAllocations), a dedicated one goes to one claim"
+)
+"""Why the DRA driver has no use for sharedDevNum."""
+
 
 def idxd_init_parts(
     device_type: str, name: str, init_image: str, provisioning_config: str, dsa_driver: str = ""

@@ -7,14 +7,22 @@ from typing import ClassVar, Final
 
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
     HostMount,
     KindTemplate,
 )
-from intel_device_plugins.operator.profile import KindProfile, count_arg
-from intel_device_plugins.operator.spec import SHARED_DEV_NUM_SCHEMA, CommonSpec, spec_field
+from intel_device_plugins.operator.profile import DraTemplate, KindProfile, count_arg, shared_dev_num_unused
+from intel_device_plugins.operator.spec import (
+    SHARED_DEV_NUM_SCHEMA,
+    CommonSpec,
+    FieldError,
+    deploy_as_field,
+    spec_field,
+)
 from intel_device_plugins.plugins.flagnames import SHARED_DEV_NUM, flag
 
 
@@ -26,6 +34,7 @@ class NpuSpec(CommonSpec):
     shared_dev_num: int = spec_field(
         "sharedDevNum", SHARED_DEV_NUM_SCHEMA, "Number of containers that may share one NPU.", 0
     )
+    deploy_as: str = deploy_as_field()
 
 
 TEMPLATE: Final = KindTemplate(
@@ -44,4 +53,10 @@ def plugin_args(spec: NpuSpec) -> list[str]:
     return [flag(SHARED_DEV_NUM), count_arg(spec.shared_dev_num, 1)]
 
 
-PROFILE: Final = KindProfile(NpuSpec, TEMPLATE, plugin_args)
+def dra_unused_fields(spec: NpuSpec) -> list[FieldError]:
+    return shared_dev_num_unused(spec.shared_dev_num, "a claim gets a whole NPU")
+
+
+DRA: Final = DraTemplate[NpuSpec](requests=DRA_REQUESTS, limits=DRA_LIMITS, unused_fields=dra_unused_fields)
+
+PROFILE: Final = KindProfile(NpuSpec, TEMPLATE, plugin_args, dra=DRA)

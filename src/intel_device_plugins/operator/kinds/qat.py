@@ -9,6 +9,8 @@ from typing import ClassVar, Final
 
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PCI_DRIVERS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
@@ -21,13 +23,21 @@ from intel_device_plugins.operator.pod import (
     node_name_env,
 )
 from intel_device_plugins.operator.profile import (
+    DraTemplate,
     Findings,
     InitParts,
     KindProfile,
     count_arg,
     provisioning_needs_init_image,
 )
-from intel_device_plugins.operator.spec import POS_INT, STR, FieldError, InitImageSpec, spec_field
+from intel_device_plugins.operator.spec import (
+    POS_INT,
+    STR,
+    FieldError,
+    InitImageSpec,
+    deploy_as_field,
+    spec_field,
+)
 from intel_device_plugins.plugins.flagnames import (
     ALLOCATION_POLICY,
     QAT_DPDK_DRIVER,
@@ -76,6 +86,7 @@ class QatSpec(InitImageSpec):
     max_num_devices: int = spec_field(
         "maxNumDevices", POS_INT, "Maximum number of QAT devices exposed per node.", 0
     )
+    deploy_as: str = deploy_as_field()
 
 
 QAT_PF_IDS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -102,8 +113,9 @@ TEMPLATE: Final = KindTemplate(
 )
 
 
-def plugin_args(spec: QatSpec) -> list[str]:
-    args = [
+def device_args(spec: QatSpec) -> list[str]:
+    """Which VFs are served and how: the flags the plugin and the DRA driver share."""
+    return [
         flag(QAT_DPDK_DRIVER),
         spec.dpdk_driver or "vfio-pci",
         flag(QAT_KERNEL_VF_DRIVERS),
@@ -111,6 +123,10 @@ def plugin_args(spec: QatSpec) -> list[str]:
         flag(QAT_MAX_NUM_DEVICES),
         count_arg(spec.max_num_devices, 32),
     ]
+
+
+def plugin_args(spec: QatSpec) -> list[str]:
+    args = device_args(spec)
     if spec.preferred_allocation_policy:
         args += [flag(ALLOCATION_POLICY), spec.preferred_allocation_policy]
     return args
@@ -157,4 +173,26 @@ def validate(spec: QatSpec) -> Findings:
     return errors, []
 
 
-PROFILE: Final = KindProfile(QatSpec, TEMPLATE, plugin_args, init_parts, validate)
+def dra_unused_fields(spec: QatSpec) -> list[FieldError]:
+    if spec.preferred_allocation_policy:
+        return [
+            FieldError(
+                "spec.preferredAllocationPolicy",
+                "means nothing for deployAs DRADriver: the scheduler allocates the VFs",
+            )
+        ]
+    return []
+
+
+DRA_PCI: Final = HostMount("pcidir", "/sys/bus/pci", "/sys/bus/pci")
+"""The driver binds VFs to the DPDK driver through sysfs, as the plugin does (its template's ``pcidir``)."""
+
+DRA: Final = DraTemplate[QatSpec](
+    requests=DRA_REQUESTS,
+    limits=DRA_LIMITS,
+    unused_fields=dra_unused_fields,
+    args=device_args,
+    mounts=lambda spec: (DRA_PCI,),
+)
+
+PROFILE: Final = KindProfile(QatSpec, TEMPLATE, plugin_args, init_parts, validate, dra=DRA)

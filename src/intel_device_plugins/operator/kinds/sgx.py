@@ -8,6 +8,8 @@ from typing import ClassVar, Final
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.operator.pod import (
     CDI,
+    DRA_LIMITS,
+    DRA_REQUESTS,
     PLUGIN_MEMORY_LIMIT,
     PLUGIN_MEMORY_REQUEST,
     SOCKETS,
@@ -15,8 +17,15 @@ from intel_device_plugins.operator.pod import (
     KindTemplate,
     nfd_hook_init,
 )
-from intel_device_plugins.operator.profile import InitParts, KindProfile, count_arg
-from intel_device_plugins.operator.spec import BOOL, POS_INT, InitImageSpec, spec_field
+from intel_device_plugins.operator.profile import DraTemplate, InitParts, KindProfile, count_arg
+from intel_device_plugins.operator.spec import (
+    BOOL,
+    POS_INT,
+    FieldError,
+    InitImageSpec,
+    deploy_as_field,
+    spec_field,
+)
 from intel_device_plugins.plugins.flagnames import (
     SGX_DCAP_INFRA_RESOURCES,
     SGX_ENCLAVE_LIMIT,
@@ -38,6 +47,7 @@ class SgxSpec(InitImageSpec):
     dcap_infra_resources: bool = spec_field(
         "dcapInfraResources", BOOL, "Deprecated: register DCAP infrastructure resources.", False
     )
+    deploy_as: str = deploy_as_field()
 
 
 TEMPLATE: Final = KindTemplate(
@@ -73,4 +83,23 @@ def init_parts(spec: SgxSpec) -> InitParts:
     return [container], [volume]
 
 
-PROFILE: Final = KindProfile(SgxSpec, TEMPLATE, plugin_args, init_parts, reinvoke_defaulting=True)
+def dra_unused_fields(spec: SgxSpec) -> list[FieldError]:
+    """The limits count containers per node, which claims replace: the scheduler keeps the node's EPC as a
+    capacity the claims request."""
+    why = "means nothing for deployAs DRADriver"
+    errors = [
+        FieldError(path, f"{why}: claims share the device and request EPC as a capacity (docs/dra.md)")
+        for path, value in (
+            ("spec.enclaveLimit", spec.enclave_limit),
+            ("spec.provisionLimit", spec.provision_limit),
+        )
+        if value
+    ]
+    if spec.dcap_infra_resources:
+        errors.append(FieldError("spec.dcapInfraResources", f"{why}: the driver registers no DCAP resources"))
+    return errors
+
+
+DRA: Final = DraTemplate[SgxSpec](requests=DRA_REQUESTS, limits=DRA_LIMITS, unused_fields=dra_unused_fields)
+
+PROFILE: Final = KindProfile(SgxSpec, TEMPLATE, plugin_args, init_parts, reinvoke_defaulting=True, dra=DRA)
