@@ -1,4 +1,4 @@
-"""The DRA drivers of DSA, SGX, DLB and NPU from the node image on a real node, end to end.
+"""The DRA drivers of DSA, SGX, DLB, NPU and QAT from the node image on a real node, end to end.
 
 A node of its own (``k8stest-dra-kinds-node``, :data:`k8stest.node.drakinds.KINDS_NODE_PROFILE`)
 joins the session's control plane; ``deploy/dra/<kind>`` of each kind, applied as a user applies
@@ -12,7 +12,9 @@ it, runs that kind's driver there, and no device plugin serves the node. The sce
 3. A pod asking an extended resource (``dsa.intel.com/wq-user-dedicated: 1``,
    ``sgx.intel.com/enclave: 1``, ...) with no claim runs, served by DRA through the DeviceClass.
 4. DLB and NPU: a claim gets exactly its device node.
-5. The DSA driver restarted and the kubelet restarted while a pod holds a claim: the pod keeps
+5. QAT in DPDK mode: a claim gets its VF's vfio group node (and /dev/vfio/vfio) and
+   ``QAT1=<address>`` in the container's environment.
+6. The DSA driver restarted and the kubelet restarted while a pod holds a claim: the pod keeps
    running, the driver publishes again, and once the pod is gone nothing is left.
 
 Every failure message names what is missing. Needs the node image from ``make images`` with the
@@ -29,7 +31,7 @@ import pytest
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, KubeClient, wait_for
-from k8stest.node import NodeBinaries, NodeConfig, RealNode, start_real_node
+from k8stest.node import NodeBinaries, NodeConfig, RealNode, pod_log, start_real_node
 from k8stest.node.dra import (
     allocated_devices,
     claim_template,
@@ -42,6 +44,7 @@ from k8stest.node.dradriver import DraDriver, driver_connections, install_dra_dr
 from k8stest.node.drakinds import (
     KINDS_NODE_NAME,
     KINDS_NODE_PROFILE,
+    LIST_DEV,
     PODS,
     claim_pod,
     delete_pod_and_claims,
@@ -55,13 +58,15 @@ from k8stest.pytest_plugin import _unavailable
 pytestmark = pytest.mark.k8s
 
 NODE = KINDS_NODE_NAME
-DSA, SGX, DLB, NPU = "dsa.intel.com", "sgx.intel.com", "dlb.intel.com", "npu.intel.com"
+DSA, SGX, DLB, NPU, QAT = "dsa.intel.com", "sgx.intel.com", "dlb.intel.com", "npu.intel.com", "qat.intel.com"
+QAT_VFS = {"vf-0000-13-00-1": "0000:13:00.1", "vf-0000-13-00-2": "0000:13:00.2"}
 # Kind (deploy/dra/<kind>) -> its driver and the devices it publishes for the node.
 KINDS = {
     "dsa": (DSA, {"dsa0-wq0-0", "dsa0-wq0-1"}),
     "sgx": (SGX, {"enclave", "provision"}),
     "dlb": (DLB, {"dlb0"}),
     "npu": (NPU, {"accel0"}),
+    "qat": (QAT, set(QAT_VFS)),
 }
 DRIVERS = [driver for driver, _ in KINDS.values()]
 MIB = 1 << 20
@@ -300,7 +305,41 @@ def test_claim_gets_exactly_its_device_node(
             delete_pod_and_claims(client, node, name, DRIVERS)
 
 
-# ----- 5. restarts leak nothing ---------------------------------------------------------------------
+# ----- 5. QAT in DPDK mode: the VF's vfio group and QAT1 -----------------------------------------
+
+PRINT_QAT = 'env | grep "^QAT" | while read -r v; do echo "env $v"; done; true'
+
+
+def _iommu_group(node: RealNode, address: str) -> str:
+    """The IOMMU group of PCI function ``address`` as the node's sysfs says."""
+    return (node.layout.sys_dir / "bus" / "pci" / "devices" / address / "iommu_group").resolve().name
+
+
+def test_qat_claim_gets_its_vfs_vfio_group_and_address(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    node = drivers["qat"].node
+    name = "one-qat"
+    with created(client, _templates(claim_template(name, "cy.qat.intel.com"))):
+        try:
+            script = f"{LIST_DEV}; {PRINT_QAT}; sleep 3600"
+            client.create(PODS, claim_pod(name, NODE, {"dev": name}, script=script))
+            wait_phase(client, node, name, ("Running",))
+            (claim,) = pod_claims(client, name)
+            (device,) = allocated_devices(claim)
+            vf = device.split("/")[1]
+            address = QAT_VFS[vf]
+            group = _iommu_group(node, address)
+            assert _extra_devices(node, name, baseline) == {f"vfio/{group}", "vfio/vfio"}, (
+                f"devices in {name}"
+            )
+            env = {line.removeprefix("env ") for line in pod_log(node, "default", name).splitlines()}
+            assert {e for e in env if e.startswith("QAT")} == {f"QAT1={address}"}, f"QAT environment of {vf}"
+        finally:
+            delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+# ----- 6. restarts leak nothing ---------------------------------------------------------------------
 
 
 def test_dsa_driver_and_kubelet_restart_leak_nothing(

@@ -49,6 +49,9 @@ epc_bytes_per_node = {64 << 20}
 count = 1
 [[npu]]
 count = 1
+[[qat]]
+count = 1
+vfs = 2
 """
 
 # Every script prints the character devices the container sees under /dev, one ``dev <path>`` line
