@@ -1,4 +1,4 @@
-"""The DRA drivers of DSA, SGX, DLB, NPU and QAT from the node image on a real node, end to end.
+"""The DRA drivers of DSA, SGX, DLB, NPU, QAT and FPGA from the node image on a real node, end to end.
 
 A node of its own (``k8stest-dra-kinds-node``, :data:`k8stest.node.drakinds.KINDS_NODE_PROFILE`)
 joins the session's control plane; ``deploy/dra/<kind>`` of each kind, applied as a user applies
@@ -14,7 +14,9 @@ it, runs that kind's driver there, and no device plugin serves the node. The sce
 4. DLB and NPU: a claim gets exactly its device node.
 5. QAT in DPDK mode: a claim gets its VF's vfio group node (and /dev/vfio/vfio) and
    ``QAT1=<address>`` in the container's environment.
-6. The DSA driver restarted and the kubelet restarted while a pod holds a claim: the pod keeps
+6. FPGA region mode: a claim's opaque configuration ``{"afuId": ...}`` names the function; the
+   CRI hook programs the region before the container starts.
+7. The DSA driver restarted and the kubelet restarted while a pod holds a claim: the pod keeps
    running, the driver publishes again, and once the pod is gone nothing is left.
 
 Every failure message names what is missing. Needs the node image from ``make images`` with the
@@ -23,11 +25,16 @@ drivers in it.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from intel_device_plugins.plugins.fpga.bitstream.build import install_simulated_gbs
+from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH
+from intel_device_plugins.plugins.fpga.fme import simulated_payload
+from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB0_AFU, NLB3_AFU
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, KubeClient, wait_for
@@ -59,6 +66,7 @@ pytestmark = pytest.mark.k8s
 
 NODE = KINDS_NODE_NAME
 DSA, SGX, DLB, NPU, QAT = "dsa.intel.com", "sgx.intel.com", "dlb.intel.com", "npu.intel.com", "qat.intel.com"
+FPGA = "fpga.intel.com"
 QAT_VFS = {"vf-0000-13-00-1": "0000:13:00.1", "vf-0000-13-00-2": "0000:13:00.2"}
 # Kind (deploy/dra/<kind>) -> its driver and the devices it publishes for the node.
 KINDS = {
@@ -67,7 +75,10 @@ KINDS = {
     "dlb": (DLB, {"dlb0"}),
     "npu": (NPU, {"accel0"}),
     "qat": (QAT, set(QAT_VFS)),
+    "fpga": (FPGA, {"dfl-fme-0"}),
 }
+# Arguments added to a kind's shipped ones: FPGA in region mode (the shipped mode is af).
+ARGS = {"fpga": ("-mode", "region")}
 DRIVERS = [driver for driver, _ in KINDS.values()]
 MIB = 1 << 20
 
@@ -117,7 +128,7 @@ def drivers(
     installed: dict[str, DraDriver] = {}
     try:
         for kind, (name, devices) in KINDS.items():
-            driver = install_dra_driver(node_control_plane, kinds_node, kind, work)
+            driver = install_dra_driver(node_control_plane, kinds_node, kind, work, args=ARGS.get(kind, ()))
             installed[kind] = driver
             assert driver.driver == name, f"deploy/dra/{kind} names driver {driver.driver}, expected {name}"
             driver.wait_published(client, devices)
@@ -126,6 +137,10 @@ def drivers(
         for driver in installed.values():
             driver.uninstall(client)
         client.close()
+        # The FPGA init container installed the CRI hook in the node's own /opt.
+        shutil.rmtree(
+            kinds_node.layout.opt_dir / Path(CRI_HOOK_PATH).parent.relative_to("/opt"), ignore_errors=True
+        )
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +354,58 @@ def test_qat_claim_gets_its_vfs_vfio_group_and_address(
             delete_pod_and_claims(client, node, name, DRIVERS)
 
 
-# ----- 6. restarts leak nothing ---------------------------------------------------------------------
+# ----- 6. FPGA region mode: programmed before the container starts -----------------------------
+
+FPGA_PORT_AFU_ID = "/sys/bus/platform/devices/dfl-port.0/afu_id"
+
+
+def test_fpga_region_claim_programs_the_requested_function_before_the_container_starts(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    """A claim on the region names the function in its opaque configuration for the driver; the
+    ``createRuntime`` hook from the claim's CDI spec, run by the runtime on the node, programs the
+    simulated port (the node's sysfs marks its FME as simulated) before the container starts: the
+    container's first read of the port's afu_id is the requested AFU, and the node's sysfs says so."""
+    node = drivers["fpga"].node
+    hook = node.layout.opt_dir / CRI_HOOK_PATH.removeprefix("/opt/")
+    assert hook.is_file(), f"the driver's init container did not install {CRI_HOOK_PATH} in the node's /opt"
+    afu_id = node.layout.sys_dir / FPGA_PORT_AFU_ID.removeprefix("/sys/")
+    assert afu_id.read_text().strip() == NLB0_AFU, "the port must start on NLB0"
+    bitstream = install_simulated_gbs(
+        node.layout.srv_dir.parent, ARRIA10_INTERFACE, NLB3_AFU, simulated_payload(NLB3_AFU)
+    )
+    template = claim_template("fpga-nlb3", FPGA)
+    template["spec"]["spec"]["devices"]["config"] = [
+        {"requests": ["device"], "opaque": {"driver": FPGA, "parameters": {"afuId": NLB3_AFU}}}
+    ]
+    name = "fpga-region"
+    script = (
+        f'echo "afu $(cat {FPGA_PORT_AFU_ID})"; env | grep "^FPGA_" | while read -r v; do echo "env $v"; done'
+    )
+    try:
+        with created(client, _templates(template)):
+            try:
+                client.create(
+                    PODS,
+                    claim_pod(name, NODE, {"dev": "fpga-nlb3"}, script=f"{LIST_DEV}; {script}; sleep 3600"),
+                )
+                wait_phase(client, node, name, ("Running",))
+                (claim,) = pod_claims(client, name)
+                assert allocated_devices(claim) == [f"{NODE}/dfl-fme-0"]
+                assert _extra_devices(node, name, baseline) == {"dfl-port.0"}, f"devices in {name}"
+                lines = pod_log(node, "default", name).splitlines()
+                assert f"afu {NLB3_AFU}" in lines, f"the container read another function first: {lines}"
+                env = {line.removeprefix("env ") for line in lines if line.startswith("env ")}
+                assert {f"FPGA_REGION_1={ARRIA10_INTERFACE}", f"FPGA_AFU_1={NLB3_AFU}"} <= env, env
+                assert afu_id.read_text().strip() == NLB3_AFU, "the node's port does not run the function"
+            finally:
+                delete_pod_and_claims(client, node, name, DRIVERS)
+    finally:
+        afu_id.write_text(NLB0_AFU + "\n")
+        bitstream.unlink()
+
+
+# ----- 7. restarts leak nothing ---------------------------------------------------------------------
 
 
 def test_dsa_driver_and_kubelet_restart_leak_nothing(
