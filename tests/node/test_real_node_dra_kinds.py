@@ -1,4 +1,5 @@
-"""The DRA drivers of DSA, SGX, DLB, NPU, QAT and FPGA from the node image on a real node, end to end.
+"""The DRA drivers of DSA, IAA, SGX, DLB, NPU, QAT and FPGA from the node image on a real node, end
+to end.
 
 A node of its own (``k8stest-dra-kinds-node``, :data:`k8stest.node.drakinds.KINDS_NODE_PROFILE`)
 joins the session's control plane; ``deploy/dra/<kind>`` of each kind, applied as a user applies
@@ -6,7 +7,8 @@ it, runs that kind's driver there, and no device plugin serves the node. The sce
 
 1. DSA: two pods share the one shared work queue, the dedicated queue goes to one pod only (a
    second claim on it stays Pending with the scheduler's reason, and runs once the first is gone);
-   each container sees its queue's device node and no other.
+   each container sees its queue's device node and no other. IAA runs the same code; its queue is
+   served below, through its extended resource.
 2. SGX: two pods' EPC requests fit beside each other, a third that would exceed the node's EPC
    stays Pending; the containers get /dev/sgx_enclave.
 3. A pod asking an extended resource (``dsa.intel.com/wq-user-dedicated: 1``,
@@ -66,7 +68,7 @@ pytestmark = pytest.mark.k8s
 
 NODE = KINDS_NODE_NAME
 DSA, SGX, DLB, NPU, QAT = "dsa.intel.com", "sgx.intel.com", "dlb.intel.com", "npu.intel.com", "qat.intel.com"
-FPGA = "fpga.intel.com"
+FPGA, IAA = "fpga.intel.com", "iaa.intel.com"
 QAT_VFS = {"vf-0000-13-00-1": "0000:13:00.1", "vf-0000-13-00-2": "0000:13:00.2"}
 # Kind (deploy/dra/<kind>) -> its driver and the devices it publishes for the node.
 KINDS = {
@@ -76,6 +78,7 @@ KINDS = {
     "npu": (NPU, {"accel0"}),
     "qat": (QAT, set(QAT_VFS)),
     "fpga": (FPGA, {"dfl-fme-0"}),
+    "iaa": (IAA, {"iax1-wq1-0"}),
 }
 # Arguments added to a kind's shipped ones: FPGA in region mode (the shipped mode is af).
 ARGS = {"fpga": ("-mode", "region")}
@@ -270,6 +273,7 @@ def test_sgx_epc_requests_fit_until_the_nodes_epc_is_used_up(
 EXTENDED = {
     "dsa.intel.com/wq-user-dedicated": ("dsa0-wq0-0", {"dsa/wq0.0", "char"}),
     "dsa.intel.com/wq-user-shared": ("dsa0-wq0-1", {"dsa/wq0.1", "char"}),
+    "iaa.intel.com/wq-user-dedicated": ("iax1-wq1-0", {"iax/wq1.0", "char"}),
     "sgx.intel.com/enclave": ("enclave", {"sgx_enclave"}),
     "dlb.intel.com/pf": ("dlb0", {"dlb0"}),
     "npu.intel.com/accel": ("accel0", {"accel/accel0"}),

@@ -35,7 +35,7 @@ PODS = "/api/v1/namespaces/default/pods"
 # One node with a device of each kind the tests cover, chosen so that scheduling decides something:
 # DSA has exactly one dedicated and one shared user queue (``mixed``: wq0.0 dedicated, wq0.1
 # shared), SGX a small EPC (64 MiB on the node's one NUMA node) that three 24 MiB claims exceed;
-# the FPGA is an Arria 10 whose one port runs NLB0 (the simulator's defaults).
+# IAA one dedicated queue; the FPGA is an Arria 10 whose one port runs NLB0 (the simulator's defaults).
 KINDS_NODE_NAME = "k8stest-dra-kinds-node"
 KINDS_NODE_PROFILE = f"""
 [node]
@@ -55,6 +55,9 @@ count = 1
 vfs = 2
 [[fpga]]
 count = 1
+[[iaa]]
+count = 1
+wqs = 1
 """
 
 # Every script prints the character devices the container sees under /dev, one ``dev <path>`` line
