@@ -1,6 +1,6 @@
 """Claim → pod Running on one real node, for the DRA driver of each kind other than GPU.
 
-One node (``k8stest.node.drakinds.KINDS_NODE_PROFILE``: DSA, SGX, DLB, NPU and QAT devices) runs
+One node (``k8stest.node.drakinds.KINDS_NODE_PROFILE``: DSA, IAA, SGX, DLB, NPU, QAT and FPGA devices) runs
 each kind's driver from ``deploy/dra/<kind>``, as the end-to-end tests do. A round creates, for
 every kind, a pod with one claim from a ResourceClaimTemplate of one of the kind's DeviceClasses
 and times it from creation to phase Running (KCM makes the claim, the scheduler allocates from the
@@ -62,6 +62,8 @@ CLASSES = {
     "dlb": "pf.dlb.intel.com",
     "npu": "accel.npu.intel.com",
     "qat": "cy.qat.intel.com",
+    "iaa": "wq-user-dedicated.iaa.intel.com",
+    "fpga": "fpga.intel.com",  # the shipped af mode: a port running its function, no programming
 }
 FLOOR = "no_device"
 
