@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,9 +225,13 @@ def _single(objects: list[JSON], kind: str) -> JSON:
     return found[0]
 
 
-def install_dra_driver(cp: ControlPlane, node: RealNode, kind: str, workdir: Path) -> DraDriver:
+def install_dra_driver(
+    cp: ControlPlane, node: RealNode, kind: str, workdir: Path, *, args: Sequence[str] = ()
+) -> DraDriver:
     """Apply ``deploy/dra/<kind>`` for ``node`` only (``kubernetes.io/hostname`` added to the
-    DaemonSet's node selector) and wait until its pod is Ready and the kubelet connected to it."""
+    DaemonSet's node selector) and wait until its pod is Ready and the kubelet connected to it.
+    ``args`` are appended to the driver container's arguments (a later flag overrides the
+    shipped one, e.g. ``-mode region`` for FPGA)."""
     root = repo_root()
     if root is None:
         raise FileNotFoundError("deploy/ (k8stest runs from a checkout)")
@@ -245,7 +250,11 @@ def install_dra_driver(cp: ControlPlane, node: RealNode, kind: str, workdir: Pat
                         "op": "add",
                         "path": "/spec/template/spec/nodeSelector/kubernetes.io~1hostname",
                         "value": node.name,
-                    }
+                    },
+                    *(
+                        {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg}
+                        for arg in args
+                    ),
                 ]
             ),
         }

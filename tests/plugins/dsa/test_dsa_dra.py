@@ -38,6 +38,12 @@ def test_user_queues_become_devices_with_their_settings(tmp_path: Path) -> None:
     assert first.attributes["device"] == "dsa0"
     assert first.cdi is not None
     assert first.cdi.nodes[0].host_path == f"{tmp_path}/dev/dsa/wq0.0"
+    # udev's /dev/char link reaches the container at its own path, with the node it resolves to as
+    # its host path: CDI runtimes refuse a symlink as a device node.
+    char = first.cdi.nodes[1]
+    assert os.path.islink(char.container_path), char
+    assert char.container_path.startswith(f"{tmp_path}/dev/char/")
+    assert char.host_path == f"{tmp_path}/dev/dsa/wq0.0"
     assert (
         devices["dsa0-wq0-0"].attributes[STANDARD_PCI_BUS_ID]
         != devices["dsa1-wq1-0"].attributes[STANDARD_PCI_BUS_ID]

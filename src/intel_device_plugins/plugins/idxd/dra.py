@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from intel_device_plugins.deviceplugin.model import CdiDevice, Health
+from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Health
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
@@ -51,6 +51,17 @@ def _int_attribute(queue: WorkQueue, name: str, problems: list[str]) -> int | No
         return None
 
 
+def cdi_nodes(nodes: Sequence[DeviceNode]) -> tuple[DeviceNode, ...]:
+    """The queue's nodes for a CDI spec. Runtimes read a CDI device node's host path without
+    following links and refuse a symlink ("not a device node"), so udev's ``/dev/char`` link is
+    given with the node it resolves to (discovery checked it is that node) as its host path; the
+    container still finds it at its ``/dev/char`` path."""
+    return tuple(
+        replace(node, host_path=os.path.realpath(node.host_path)) if os.path.islink(node.host_path) else node
+        for node in nodes
+    )
+
+
 def queue_device(prefix: str, kind: IdxdKind, queue: WorkQueue, problems: list[str]) -> Device:
     """One user queue as a device: its settings and placement as attributes, its nodes as CDI edits."""
     attributes: dict[str, AttributeValue] = {
@@ -77,7 +88,7 @@ def queue_device(prefix: str, kind: IdxdKind, queue: WorkQueue, problems: list[s
     return Device(
         name=device_name(queue),
         attributes=attributes,
-        cdi=CdiDevice(kind=f"{kind.namespace}/wq", name=device_name(queue), nodes=nodes),
+        cdi=CdiDevice(kind=f"{kind.namespace}/wq", name=device_name(queue), nodes=cdi_nodes(nodes)),
         health=health,
         health_message=problem,
         allow_multiple_allocations=queue.mode == "shared",

@@ -1,0 +1,465 @@
+"""The DRA drivers of DSA, IAA, SGX, DLB, NPU, QAT and FPGA from the node image on a real node, end
+to end.
+
+A node of its own (``k8stest-dra-kinds-node``, :data:`k8stest.node.drakinds.KINDS_NODE_PROFILE`)
+joins the session's control plane; ``deploy/dra/<kind>`` of each kind, applied as a user applies
+it, runs that kind's driver there, and no device plugin serves the node. The scenarios of issue #21:
+
+1. DSA: two pods share the one shared work queue, the dedicated queue goes to one pod only (a
+   second claim on it stays Pending with the scheduler's reason, and runs once the first is gone);
+   each container sees its queue's device node and no other. IAA runs the same code; its queue is
+   served below, through its extended resource.
+2. SGX: two pods' EPC requests fit beside each other, a third that would exceed the node's EPC
+   stays Pending; the containers get /dev/sgx_enclave.
+3. A pod asking an extended resource (``dsa.intel.com/wq-user-dedicated: 1``,
+   ``sgx.intel.com/enclave: 1``, ...) with no claim runs, served by DRA through the DeviceClass.
+4. DLB and NPU: a claim gets exactly its device node.
+5. QAT in DPDK mode: a claim gets its VF's vfio group node (and /dev/vfio/vfio) and
+   ``QAT1=<address>`` in the container's environment.
+6. FPGA region mode: a claim's opaque configuration ``{"afuId": ...}`` names the function; the
+   CRI hook programs the region before the container starts.
+7. The DSA driver restarted and the kubelet restarted while a pod holds a claim: the pod keeps
+   running, the driver publishes again, and once the pod is gone nothing is left.
+
+Every failure message names what is missing. Needs the node image from ``make images`` with the
+drivers in it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from intel_device_plugins.plugins.fpga.bitstream.build import install_simulated_gbs
+from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH
+from intel_device_plugins.plugins.fpga.fme import simulated_payload
+from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB0_AFU, NLB3_AFU
+from intel_device_plugins.sim.node import build_node, parse_node_spec
+from k8stest.controlplane import ControlPlane
+from k8stest.kubeclient import JSON, KubeClient, wait_for
+from k8stest.node import NodeBinaries, NodeConfig, RealNode, pod_log, start_real_node
+from k8stest.node.dra import (
+    allocated_devices,
+    claim_template,
+    created,
+    leftovers,
+    node_slices,
+    published_devices,
+)
+from k8stest.node.dradriver import DraDriver, driver_connections, install_dra_driver
+from k8stest.node.drakinds import (
+    KINDS_NODE_NAME,
+    KINDS_NODE_PROFILE,
+    LIST_DEV,
+    PODS,
+    claim_pod,
+    delete_pod_and_claims,
+    pod_claims,
+    pod_devices,
+    wait_phase,
+)
+from k8stest.node.plugins import node_image_archive, unschedulable_message
+from k8stest.pytest_plugin import _unavailable
+
+pytestmark = pytest.mark.k8s
+
+NODE = KINDS_NODE_NAME
+DSA, SGX, DLB, NPU, QAT = "dsa.intel.com", "sgx.intel.com", "dlb.intel.com", "npu.intel.com", "qat.intel.com"
+FPGA, IAA = "fpga.intel.com", "iaa.intel.com"
+QAT_VFS = {"vf-0000-13-00-1": "0000:13:00.1", "vf-0000-13-00-2": "0000:13:00.2"}
+# Kind (deploy/dra/<kind>) -> its driver and the devices it publishes for the node.
+KINDS = {
+    "dsa": (DSA, {"dsa0-wq0-0", "dsa0-wq0-1"}),
+    "sgx": (SGX, {"enclave", "provision"}),
+    "dlb": (DLB, {"dlb0"}),
+    "npu": (NPU, {"accel0"}),
+    "qat": (QAT, set(QAT_VFS)),
+    "fpga": (FPGA, {"dfl-fme-0"}),
+    "iaa": (IAA, {"iax1-wq1-0"}),
+}
+# Arguments added to a kind's shipped ones: FPGA in region mode (the shipped mode is af).
+ARGS = {"fpga": ("-mode", "region")}
+DRIVERS = [driver for driver, _ in KINDS.values()]
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def kinds_node(
+    node_binaries: NodeBinaries,
+    node_control_plane: ControlPlane,
+    node_images: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RealNode]:
+    """A node of its own with :data:`KINDS_NODE_PROFILE`'s devices and the project's node image."""
+    archive = node_image_archive()
+    if archive is None:
+        _unavailable("no node image archive (node-*.oci.tar): run `make images`")
+    assert archive is not None
+    work = tmp_path_factory.mktemp("dra-kinds-node")
+    build_node(parse_node_spec(KINDS_NODE_PROFILE, "KINDS_NODE_PROFILE"), work / "sim")
+    node = start_real_node(
+        node_binaries,
+        node_control_plane,
+        work / "node",
+        NodeConfig(name=NODE, sync_frequency="10s"),
+        sim_root=work / "sim",
+        images=[node_images, archive],
+    )
+    try:
+        yield node
+    finally:
+        if node.process.alive():
+            node.stop()
+        client = node_control_plane.client()
+        try:
+            client.delete_if_present(f"/api/v1/nodes/{NODE}")
+        finally:
+            client.close()
+
+
+@pytest.fixture(scope="module")
+def drivers(
+    kinds_node: RealNode, node_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, DraDriver]]:
+    """``deploy/dra/<kind>`` applied for the node, for every kind of :data:`KINDS`, each publishing
+    its devices."""
+    work = tmp_path_factory.mktemp("dra-kinds-install")
+    client = node_control_plane.client()
+    installed: dict[str, DraDriver] = {}
+    try:
+        for kind, (name, devices) in KINDS.items():
+            driver = install_dra_driver(node_control_plane, kinds_node, kind, work, args=ARGS.get(kind, ()))
+            installed[kind] = driver
+            assert driver.driver == name, f"deploy/dra/{kind} names driver {driver.driver}, expected {name}"
+            driver.wait_published(client, devices)
+        yield installed
+    finally:
+        for driver in installed.values():
+            driver.uninstall(client)
+        client.close()
+        # The FPGA init container installed the CRI hook in the node's own /opt.
+        shutil.rmtree(
+            kinds_node.layout.opt_dir / Path(CRI_HOOK_PATH).parent.relative_to("/opt"), ignore_errors=True
+        )
+
+
+@pytest.fixture(scope="module")
+def baseline(drivers: dict[str, DraDriver], node_control_plane: ControlPlane) -> set[str]:
+    """The character devices a pod with no claim sees under /dev (the runtime's own)."""
+    node = next(iter(drivers.values())).node
+    client = node_control_plane.client()
+    try:
+        client.create(PODS, claim_pod("no-claim", NODE, {}))
+        try:
+            wait_phase(client, node, "no-claim", ("Running",))
+            return pod_devices(node, "no-claim")
+        finally:
+            delete_pod_and_claims(client, node, "no-claim", DRIVERS)
+    finally:
+        client.close()
+
+
+def _templates(*templates: JSON) -> list[JSON]:
+    return [{**t, "metadata": {**t["metadata"], "namespace": "default"}} for t in templates]
+
+
+def _start(client: KubeClient, node: RealNode, name: str, template: str, **limits: str) -> tuple[JSON, JSON]:
+    """A pod with one claim from ``template`` (``dev``), once Running: (pod, its claim)."""
+    client.create(PODS, claim_pod(name, NODE, {"dev": template} if template else {}, limits=limits))
+    pod = wait_phase(client, node, name, ("Running",))
+    (claim,) = pod_claims(client, name)
+    return pod, claim
+
+
+def _extra_devices(node: RealNode, name: str, baseline: set[str]) -> set[str]:
+    """The device nodes pod ``name`` sees beyond a pod with no claim. A DSA queue comes with udev's
+    ``/dev/char/<major>:<minor>`` link to it, whose numbers the node chose: it counts as ``char``."""
+    extra = pod_devices(node, name) - baseline
+    links = {p for p in extra if p.startswith("char/")}
+    assert len(links) <= 1, f"pod {name} got several /dev/char nodes: {sorted(links)}"
+    return (extra - links) | ({"char"} if links else set())
+
+
+# ----- 1. DSA: shared and dedicated work queues ----------------------------------------------------
+
+
+def test_dsa_shared_queue_serves_two_pods_and_dedicated_one_pod_only(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    node = drivers["dsa"].node
+    templates = _templates(
+        claim_template("dsa-shared", "wq-user-shared.dsa.intel.com"),
+        claim_template("dsa-dedicated", "wq-user-dedicated.dsa.intel.com"),
+    )
+    pods = ("shared-a", "shared-b", "dedicated-a", "dedicated-b")
+    with created(client, templates):
+        try:
+            shared = [_start(client, node, name, "dsa-shared")[1] for name in ("shared-a", "shared-b")]
+            assert [allocated_devices(c) for c in shared] == [[f"{NODE}/dsa0-wq0-1"]] * 2, (
+                "both claims of the shared class should hold the one shared queue"
+            )
+            share_ids = {c["status"]["allocation"]["devices"]["results"][0].get("shareID") for c in shared}
+            assert len(share_ids) == 2 and None not in share_ids, f"shareIDs {share_ids}"
+            for name in ("shared-a", "shared-b"):
+                assert _extra_devices(node, name, baseline) == {"dsa/wq0.1", "char"}, f"devices in {name}"
+
+            _, dedicated = _start(client, node, "dedicated-a", "dsa-dedicated")
+            assert allocated_devices(dedicated) == [f"{NODE}/dsa0-wq0-0"]
+            assert _extra_devices(node, "dedicated-a", baseline) == {"dsa/wq0.0", "char"}, (
+                "devices in dedicated-a"
+            )
+
+            client.create(PODS, claim_pod("dedicated-b", NODE, {"dev": "dsa-dedicated"}))
+            message = unschedulable_message(client, "dedicated-b")
+            assert "cannot allocate all claims" in message, message
+            assert client.get(f"{PODS}/dedicated-b")["status"]["phase"] == "Pending"
+
+            delete_pod_and_claims(client, node, "dedicated-a", DRIVERS)
+            wait_phase(client, node, "dedicated-b", ("Running",))
+            (second,) = pod_claims(client, "dedicated-b")
+            assert allocated_devices(second) == [f"{NODE}/dsa0-wq0-0"]
+        finally:
+            for name in pods:
+                delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+# ----- 2. SGX: EPC as consumable capacity -----------------------------------------------------------
+
+
+def _epc_bytes(client: KubeClient) -> int:
+    value = str(published_devices(client, NODE, SGX)["enclave"]["capacity"]["epc"]["value"])
+    for suffix, factor in (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)):
+        if value.endswith(suffix):
+            return int(value.removesuffix(suffix)) * factor
+    return int(value)
+
+
+def test_sgx_epc_requests_fit_until_the_nodes_epc_is_used_up(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    """The node has 64 MiB of EPC: two claims of 24 MiB run, a third stays Pending with the
+    scheduler's reason, and runs once one of the two is gone."""
+    node = drivers["sgx"].node
+    assert _epc_bytes(client) == 64 * MIB, published_devices(client, NODE, SGX)["enclave"]
+    templates = _templates(claim_template("epc-24m", "enclave.sgx.intel.com", capacity={"epc": "24Mi"}))
+    pods = ("epc-a", "epc-b", "epc-c")
+    with created(client, templates):
+        try:
+            for name in ("epc-a", "epc-b"):
+                _, claim = _start(client, node, name, "epc-24m")
+                assert allocated_devices(claim) == [f"{NODE}/enclave"]
+                result = claim["status"]["allocation"]["devices"]["results"][0]
+                assert result.get("consumedCapacity", {}).get("epc") == "24Mi", result
+                assert _extra_devices(node, name, baseline) == {"sgx_enclave"}, f"devices in {name}"
+
+            client.create(PODS, claim_pod("epc-c", NODE, {"dev": "epc-24m"}))
+            message = unschedulable_message(client, "epc-c")
+            assert "cannot allocate all claims" in message, message
+            assert client.get(f"{PODS}/epc-c")["status"]["phase"] == "Pending"
+
+            delete_pod_and_claims(client, node, "epc-a", DRIVERS)
+            wait_phase(client, node, "epc-c", ("Running",))
+        finally:
+            for name in pods:
+                delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+# ----- 3. extended resources served by DRA -------------------------------------------------------
+
+# Extended resource -> (the device that must serve it, the device nodes the container must get).
+EXTENDED = {
+    "dsa.intel.com/wq-user-dedicated": ("dsa0-wq0-0", {"dsa/wq0.0", "char"}),
+    "dsa.intel.com/wq-user-shared": ("dsa0-wq0-1", {"dsa/wq0.1", "char"}),
+    "iaa.intel.com/wq-user-dedicated": ("iax1-wq1-0", {"iax/wq1.0", "char"}),
+    "sgx.intel.com/enclave": ("enclave", {"sgx_enclave"}),
+    "dlb.intel.com/pf": ("dlb0", {"dlb0"}),
+    "npu.intel.com/accel": ("accel0", {"accel/accel0"}),
+}
+
+
+@pytest.mark.parametrize("resource", sorted(EXTENDED))
+def test_extended_resource_without_a_claim_is_served_by_dra(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str], resource: str
+) -> None:
+    node = next(iter(drivers.values())).node
+    device, paths = EXTENDED[resource]
+    name = "ext-" + resource.split(".", 1)[0] + "-" + resource.rsplit("/", 1)[1]
+    try:
+        pod, claim = _start(client, node, name, "", **{resource: "1"})
+        status = pod["status"].get("extendedResourceClaimStatus")
+        assert status and status.get("resourceClaimName"), f"no extendedResourceClaimStatus: {pod['status']}"
+        assert claim["metadata"]["name"] == status["resourceClaimName"]
+        assert allocated_devices(claim) == [f"{NODE}/{device}"], f"{resource} served by the wrong device"
+        assert _extra_devices(node, name, baseline) == paths, f"devices in {name}"
+    finally:
+        delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+# ----- 4. DLB and NPU: exactly the device node ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("class_name", "device", "path"),
+    [("pf.dlb.intel.com", "dlb0", "dlb0"), ("accel.npu.intel.com", "accel0", "accel/accel0")],
+)
+def test_claim_gets_exactly_its_device_node(
+    drivers: dict[str, DraDriver],
+    client: KubeClient,
+    baseline: set[str],
+    class_name: str,
+    device: str,
+    path: str,
+) -> None:
+    node = next(iter(drivers.values())).node
+    name = "one-" + class_name.split(".")[1]
+    with created(client, _templates(claim_template(name, class_name))):
+        try:
+            _, claim = _start(client, node, name, name)
+            assert allocated_devices(claim) == [f"{NODE}/{device}"]
+            assert _extra_devices(node, name, baseline) == {path}, f"devices in {name}"
+        finally:
+            delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+# ----- 5. QAT in DPDK mode: the VF's vfio group and QAT1 -----------------------------------------
+
+PRINT_QAT = 'env | grep "^QAT" | while read -r v; do echo "env $v"; done; true'
+
+
+def _iommu_group(node: RealNode, address: str) -> str:
+    """The IOMMU group of PCI function ``address`` as the node's sysfs says."""
+    return (node.layout.sys_dir / "bus" / "pci" / "devices" / address / "iommu_group").resolve().name
+
+
+def test_qat_claim_gets_its_vfs_vfio_group_and_address(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    node = drivers["qat"].node
+    name = "one-qat"
+    with created(client, _templates(claim_template(name, "cy.qat.intel.com"))):
+        try:
+            script = f"{LIST_DEV}; {PRINT_QAT}; sleep 3600"
+            client.create(PODS, claim_pod(name, NODE, {"dev": name}, script=script))
+            wait_phase(client, node, name, ("Running",))
+            (claim,) = pod_claims(client, name)
+            (device,) = allocated_devices(claim)
+            vf = device.split("/")[1]
+            address = QAT_VFS[vf]
+            group = _iommu_group(node, address)
+            assert _extra_devices(node, name, baseline) == {f"vfio/{group}", "vfio/vfio"}, (
+                f"devices in {name}"
+            )
+            env = {line.removeprefix("env ") for line in pod_log(node, "default", name).splitlines()}
+            assert {e for e in env if e.startswith("QAT")} == {f"QAT1={address}"}, f"QAT environment of {vf}"
+        finally:
+            delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+# ----- 6. FPGA region mode: programmed before the container starts -----------------------------
+
+FPGA_PORT_AFU_ID = "/sys/bus/platform/devices/dfl-port.0/afu_id"
+
+
+def test_fpga_region_claim_programs_the_requested_function_before_the_container_starts(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    """A claim on the region names the function in its opaque configuration for the driver; the
+    ``createRuntime`` hook from the claim's CDI spec, run by the runtime on the node, programs the
+    simulated port (the node's sysfs marks its FME as simulated) before the container starts: the
+    container's first read of the port's afu_id is the requested AFU, and the node's sysfs says so."""
+    node = drivers["fpga"].node
+    hook = node.layout.opt_dir / CRI_HOOK_PATH.removeprefix("/opt/")
+    assert hook.is_file(), f"the driver's init container did not install {CRI_HOOK_PATH} in the node's /opt"
+    afu_id = node.layout.sys_dir / FPGA_PORT_AFU_ID.removeprefix("/sys/")
+    assert afu_id.read_text().strip() == NLB0_AFU, "the port must start on NLB0"
+    bitstream = install_simulated_gbs(
+        node.layout.srv_dir.parent, ARRIA10_INTERFACE, NLB3_AFU, simulated_payload(NLB3_AFU)
+    )
+    template = claim_template("fpga-nlb3", FPGA)
+    template["spec"]["spec"]["devices"]["config"] = [
+        {"requests": ["device"], "opaque": {"driver": FPGA, "parameters": {"afuId": NLB3_AFU}}}
+    ]
+    name = "fpga-region"
+    script = (
+        f'echo "afu $(cat {FPGA_PORT_AFU_ID})"; env | grep "^FPGA_" | while read -r v; do echo "env $v"; done'
+    )
+    try:
+        with created(client, _templates(template)):
+            try:
+                client.create(
+                    PODS,
+                    claim_pod(name, NODE, {"dev": "fpga-nlb3"}, script=f"{LIST_DEV}; {script}; sleep 3600"),
+                )
+                wait_phase(client, node, name, ("Running",))
+                (claim,) = pod_claims(client, name)
+                assert allocated_devices(claim) == [f"{NODE}/dfl-fme-0"]
+                assert _extra_devices(node, name, baseline) == {"dfl-port.0"}, f"devices in {name}"
+                lines = pod_log(node, "default", name).splitlines()
+                assert f"afu {NLB3_AFU}" in lines, f"the container read another function first: {lines}"
+                env = {line.removeprefix("env ") for line in lines if line.startswith("env ")}
+                assert {f"FPGA_REGION_1={ARRIA10_INTERFACE}", f"FPGA_AFU_1={NLB3_AFU}"} <= env, env
+                assert afu_id.read_text().strip() == NLB3_AFU, "the node's port does not run the function"
+            finally:
+                delete_pod_and_claims(client, node, name, DRIVERS)
+    finally:
+        afu_id.write_text(NLB0_AFU + "\n")
+        bitstream.unlink()
+
+
+# ----- 7. restarts leak nothing ---------------------------------------------------------------------
+
+
+def test_dsa_driver_and_kubelet_restart_leak_nothing(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    """A pod holds the dedicated queue while the DSA driver restarts and then the kubelet does: the
+    pod keeps running with its queue, the new driver keeps the claim's CDI spec and checkpoint
+    entry, the kubelet's start deletes the node's slices and the driver publishes them again; once
+    the pod is gone nothing of its claim is left and the queue serves a new pod."""
+    driver = drivers["dsa"]
+    node = driver.node
+    devices = KINDS["dsa"][1]
+    with created(client, _templates(claim_template("dsa-dedicated", "wq-user-dedicated.dsa.intel.com"))):
+        try:
+            _, claim = _start(client, node, "restarts", "dsa-dedicated")
+            uid = str(claim["metadata"]["uid"])
+            assert len(leftovers(node.layout, DSA, [uid])) == 2, "no CDI spec and checkpoint entry"
+
+            old = driver.restart(client)
+            held = leftovers(node.layout, DSA, [uid])
+            assert len(held) == 2, f"after restarting {old}: {held}"
+            driver.wait_published(client, devices)
+
+            before = {s["metadata"]["uid"] for s in node_slices(client, NODE, DSA)}
+            count = driver_connections(node, DSA)
+            node.restart_kubelet()
+            driver.wait_ready(client, connections_before=count)
+
+            def republished() -> bool:
+                fresh = {s["metadata"]["uid"] for s in node_slices(client, NODE, DSA)}
+                return (
+                    bool(fresh)
+                    and not fresh & before
+                    and set(published_devices(client, NODE, DSA)) == devices
+                )
+
+            try:
+                wait_for("the DSA slices deleted by the kubelet and published again", republished, timeout=90)
+            except TimeoutError as error:
+                raise AssertionError(f"{error}\n{driver.describe(client)}") from None
+            pod = client.get(f"{PODS}/restarts")
+            assert pod["status"]["phase"] == "Running", pod["status"]
+            assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, pod["status"]
+            assert leftovers(node.layout, DSA, [uid]), "the running pod's claim was unprepared"
+        finally:
+            delete_pod_and_claims(client, node, "restarts", DRIVERS)
+        assert not leftovers(node.layout, DSA), f"left after the pod: {leftovers(node.layout, DSA)}"
+        _, again = _start(client, node, "after-restarts", "dsa-dedicated")
+        try:
+            assert allocated_devices(again) == [f"{NODE}/dsa0-wq0-0"]
+            assert _extra_devices(node, "after-restarts", baseline) == {"dsa/wq0.0", "char"}
+        finally:
+            delete_pod_and_claims(client, node, "after-restarts", DRIVERS)
