@@ -36,8 +36,10 @@ import pytest
 from intel_device_plugins.plugins.fpga.bitstream.build import install_simulated_gbs
 from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH
 from intel_device_plugins.plugins.fpga.fme import simulated_payload
+from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB0_AFU, NLB3_AFU
 from intel_device_plugins.sim.node import build_node, parse_node_spec
+from intel_device_plugins.sim.npu import add_npu, remove_npu
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, KubeClient, wait_for
 from k8stest.node import NodeBinaries, NodeConfig, RealNode, pod_log, start_real_node
@@ -356,6 +358,57 @@ def test_qat_claim_gets_its_vfs_vfio_group_and_address(
             assert {e for e in env if e.startswith("QAT")} == {f"QAT1={address}"}, f"QAT environment of {vf}"
         finally:
             delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+def test_qat_extended_resource_without_a_claim_gets_one_vf(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    """``qat.intel.com/cy: 1``, the plugin's resource, is served by the QAT driver through its class."""
+    node = drivers["qat"].node
+    name = "ext-qat-cy"
+    try:
+        script = f"{LIST_DEV}; {PRINT_QAT}; sleep 3600"
+        client.create(PODS, claim_pod(name, NODE, {}, limits={"qat.intel.com/cy": "1"}, script=script))
+        wait_phase(client, node, name, ("Running",))
+        (claim,) = pod_claims(client, name)
+        (device,) = allocated_devices(claim)
+        address = QAT_VFS[device.split("/")[1]]
+        assert _extra_devices(node, name, baseline) == {f"vfio/{_iommu_group(node, address)}", "vfio/vfio"}
+        env = {line.removeprefix("env ") for line in pod_log(node, "default", name).splitlines()}
+        assert {e for e in env if e.startswith("QAT")} == {f"QAT1={address}"}, "QAT environment"
+    finally:
+        delete_pod_and_claims(client, node, name, DRIVERS)
+
+
+def test_hot_plugged_npu_is_published_served_and_withdrawn_when_unplugged(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    """An NPU hot-plugged into the node is published and serves a claim selecting it; unplugged under
+    the running pod it leaves the slices, and deleting the pod still leaves nothing of the claim."""
+    driver = drivers["npu"]
+    node = driver.node
+    tree = FakeTree(node.workdir)
+    npu = add_npu(tree)
+    node.realize_device_nodes()
+    plugged = True
+    selector = [f'device.attributes["resource.kubernetes.io"].pciBusID == "{npu.address}"']
+    name = "hot-npu"
+    with created(client, _templates(claim_template(name, "accel.npu.intel.com", selectors=selector))):
+        try:
+            published = driver.wait_published(client, {"accel0", npu.name}, timeout=60)
+            assert published[npu.name]["attributes"]["pciId"]["string"] == "0x7d1d", published[npu.name]
+            _, claim = _start(client, node, name, name)
+            assert allocated_devices(claim) == [f"{NODE}/{npu.name}"]
+            assert _extra_devices(node, name, baseline) == {f"accel/{npu.name}"}, f"devices in {name}"
+            remove_npu(tree, npu.name)
+            plugged = False
+            driver.wait_published(client, {"accel0"}, timeout=60)
+            assert wait_phase(client, node, name, ("Running",))["status"]["phase"] == "Running"
+        finally:
+            if plugged:
+                remove_npu(tree, npu.name)
+            delete_pod_and_claims(client, node, name, DRIVERS)
+    driver.wait_published(client, {"accel0"}, timeout=60)
 
 
 # ----- 6. FPGA region mode: programmed before the container starts -----------------------------
