@@ -5,7 +5,13 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT
-from intel_device_plugins.dra.placement import pci_attributes, pci_attributes_of_path
+from intel_device_plugins.dra.placement import (
+    NUMA_NODE,
+    STANDARD_NUMA_NODE,
+    numa_attributes,
+    pci_attributes,
+    pci_attributes_of_path,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,3 +44,8 @@ def test_links_are_resolved_below_the_prefix(tmp_path: Path) -> None:
         STANDARD_PCI_BUS_ID: "0000:81:00.0",
         STANDARD_PCIE_ROOT: "pci0000:80",
     }
+
+
+def test_one_numa_node_is_published_under_both_names_and_several_under_none() -> None:
+    assert numa_attributes((1,)) == {NUMA_NODE: 1, STANDARD_NUMA_NODE: 1}
+    assert numa_attributes((0, 1)) == {} and numa_attributes(()) == {}

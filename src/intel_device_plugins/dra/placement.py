@@ -41,7 +41,17 @@ def pci_attributes(prefix: str, device_dir: str) -> dict[str, AttributeValue]:
 
 
 NUMA_NODE = "numaNode"
-"""In the driver's domain: Kubernetes defines no standard NUMA attribute."""
+"""In the driver's domain, as the drivers first published it (selectors written for it keep working)."""
+STANDARD_NUMA_NODE = "resource.kubernetes.io/numaNode"
+"""Kubernetes 1.37's standard attribute, for ``matchAttribute`` across drivers (a GPU and a NIC on one
+node); a device without NUMA affinity publishes neither."""
+
+
+def numa_attributes(numa_nodes: tuple[int, ...]) -> dict[str, AttributeValue]:
+    """Both NUMA attributes when the device sits on exactly one node; several would be a guess."""
+    if len(numa_nodes) != 1:
+        return {}
+    return {NUMA_NODE: numa_nodes[0], STANDARD_NUMA_NODE: numa_nodes[0]}
 
 
 def placement_attributes(
@@ -51,7 +61,4 @@ def placement_attributes(
 
     ``numa_nodes`` comes from the discovery that found the device, which already looked it up.
     """
-    attributes = pci_attributes(prefix, device_dir)
-    if len(numa_nodes) == 1:
-        attributes[NUMA_NODE] = numa_nodes[0]
-    return attributes
+    return {**pci_attributes(prefix, device_dir), **numa_attributes(numa_nodes)}

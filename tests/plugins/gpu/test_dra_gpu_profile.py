@@ -61,6 +61,7 @@ def test_i915_card_with_local_memory(tree: FakeTree) -> None:
         "model": "Flex 170",
         "sriov": "none",
         "numaNode": 1,
+        "resource.kubernetes.io/numaNode": 1,
         STANDARD_PCI_BUS_ID: card.address,
         STANDARD_PCIE_ROOT: f"pci{card.address[:7]}",
     }

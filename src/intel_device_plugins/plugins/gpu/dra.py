@@ -42,7 +42,7 @@ from intel_device_plugins.dra.model import (
     Inventory,
     RequestPolicy,
 )
-from intel_device_plugins.dra.placement import NUMA_NODE, pci_attributes_of_path
+from intel_device_plugins.dra.placement import numa_attributes, pci_attributes_of_path
 from intel_device_plugins.dra.profile import default_claim_edits
 from intel_device_plugins.plugins.gpu.discovery import (
     KNOWN_DRIVERS,
@@ -91,9 +91,7 @@ def card_attributes(card: GpuCard, sys_devices: str) -> dict[str, AttributeValue
         known = MODELS.get(card.device_id)
         if known is not None:
             attributes["family"], attributes["model"] = known
-    if len(card.info.numa_nodes) == 1:
-        # One node is the function's own; several would be a guess at which one counts.
-        attributes[NUMA_NODE] = card.info.numa_nodes[0]
+    attributes.update(numa_attributes(card.info.numa_nodes))
     attributes.update(pci_attributes_of_path(card.sysfs_dir, sys_devices))
     return attributes
 
