@@ -165,6 +165,25 @@ def _synced(ds: Mapping[str, Any]) -> bool:
     return isinstance(status, Mapping) and status.get("observedGeneration") is not None
 
 
+UNSETTLED_RECHECK_SECONDS = 2.0
+"""While a DaemonSet rolls, its CR is looked at again this often, whatever events arrive: a status that
+follows pods and the DaemonSet's status from two watches converges even when one event is late or lost."""
+
+
+def _settled(ds: Mapping[str, Any], node_names: int) -> bool:
+    """The DaemonSet controller has caught up with the spec, every scheduled pod is ready and the pods the
+    status names are as many as it schedules."""
+    meta, status = ds.get("metadata") or {}, ds.get("status")
+    if not isinstance(status, Mapping):
+        return False
+    desired = status.get("desiredNumberScheduled")
+    return (
+        status.get("observedGeneration") == meta.get("generation")
+        and status.get("numberReady") == desired
+        and node_names == desired
+    )
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -424,6 +443,8 @@ class Reconciler:
         conflicts = node_conflicts(per_cr).get(name, {})
         cond = conflict_condition(kind, conflicts, self._now(), previous, generation)
         status = compute_status(ds, per_cr.get(name, ()), (cond,))
+        if not _settled(ds, len(per_cr.get(name, ()))):
+            self.queue.add_after((kind, name), UNSETTLED_RECHECK_SECONDS)
         if await self._write_status(kind, name, current, status, cr):
             if cond.status == "True" and not was_conflict:
                 await self._event(kind, cr, "NodeConflict", cond.message)
