@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 
 from intel_device_plugins.deviceplugin.cli import (
@@ -58,21 +58,25 @@ def _common_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _names_common_flag(word: str) -> str | None:
-    name = word.lstrip("-").split("=", 1)[0]
-    return name if word.startswith("-") and name in COMMON_FLAGS else None
+def split_kind_spec(
+    spec: str, option: str, kinds: Mapping[str, str], common: Collection[str], parser: GoFlagParser
+) -> tuple[str, list[str]]:
+    """``'qat -dpdk-driver vfio-pci'`` → (kind, its flags). An unknown kind or a flag given once for all
+    kinds (``common``) is reported through ``parser`` (exit code 2), naming the ``option`` value; the
+    device-plugin and DRA combined processes share this convention."""
+    words = shlex.split(spec)
+    if not words or words[0] not in kinds:
+        parser.error(f"{option} {spec!r}: unknown kind; known kinds: {', '.join(kinds)}")
+    for word in words[1:]:
+        name = word.lstrip("-").split("=", 1)[0]
+        if word.startswith("-") and name in common:
+            parser.error(f"{option} {spec!r}: -{name} is common to all kinds; give it before {option}")
+    return words[0], words[1:]
 
 
 def build_kind(spec: str, common: Sequence[str], parser: GoFlagParser) -> Sequence[Scanner]:
     """Plugins for one ``--plugin`` value; errors are reported through ``parser`` (exit code 2)."""
-    words = shlex.split(spec)
-    if not words or words[0] not in KINDS:
-        parser.error(f"--plugin {spec!r}: unknown kind; known kinds: {', '.join(KINDS)}")
-    kind, flags = words[0], words[1:]
-    for word in flags:
-        common_flag = _names_common_flag(word)
-        if common_flag is not None:
-            parser.error(f"--plugin {spec!r}: -{common_flag} is common to all kinds; give it before --plugin")
+    kind, flags = split_kind_spec(spec, "--plugin", KINDS, COMMON_FLAGS, parser)
     module = importlib.import_module(KINDS[kind])
     kind_parser: GoFlagParser = module.build_parser()
     kind_args = kind_parser.parse_args([*flags, *common])

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from intel_device_plugins.dra.cli import SHARED_FLAGS, new_driver_parser, run_drivers_command, shared_argv
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.flags import GoFlagParser
+from intel_device_plugins.plugins.combined import split_kind_spec
 
 PROGRAM = "intel_dra_drivers"
 
@@ -42,21 +43,9 @@ KINDS: Mapping[str, str] = MappingProxyType(
 _COMMON = frozenset((*SHARED_FLAGS, "v", "verbosity"))
 
 
-def _names_common_flag(word: str) -> str | None:
-    name = word.lstrip("-").split("=", 1)[0]
-    return name if word.startswith("-") and name in _COMMON else None
-
-
 def build_kind(spec: str, common: Sequence[str], parser: GoFlagParser) -> DriverProfile:
     """The profile for one ``--driver`` value; errors are reported through ``parser`` (exit code 2)."""
-    words = shlex.split(spec)
-    if not words or words[0] not in KINDS:
-        parser.error(f"--driver {spec!r}: unknown kind; known kinds: {', '.join(KINDS)}")
-    kind, flags = words[0], words[1:]
-    for word in flags:
-        common_flag = _names_common_flag(word)
-        if common_flag is not None:
-            parser.error(f"--driver {spec!r}: -{common_flag} is common to all kinds; give it before --driver")
+    kind, flags = split_kind_spec(spec, "--driver", KINDS, _COMMON, parser)
     module = importlib.import_module(KINDS[kind])
     kind_parser: GoFlagParser = module.build_parser()
     kind_parser.prog = f"{PROGRAM} --driver {kind}"
