@@ -3,7 +3,7 @@
 Starts a private control plane (pinned kube-apiserver, KCM, scheduler, kwok) and one kwok node, then for
 ``--runs`` rounds measures, interleaved so load drifts hit both alike:
 
-- ``publish``: what a driver does when it starts: a new lightkube client from the kubeconfig, a
+- ``publish``: what a driver does when it starts: a new REST client (``kube.rest``) from the kubeconfig, a
   ``SlicePublisher`` and ``publish()`` of 16 GPU-like devices (typed attributes, shareable memory and
   millicores capacities), until the call returns with the slice stored. That is a Node GET (owner UID),
   a ResourceSlice LIST and a CREATE; the node's slices are deleted before each round.
@@ -28,12 +28,6 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, cast
-
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
-from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from intel_device_plugins.dra.model import (
     STANDARD_PCI_BUS_ID,
@@ -45,6 +39,7 @@ from intel_device_plugins.dra.model import (
 )
 from intel_device_plugins.dra.publisher import SlicePublisher
 from intel_device_plugins.dra.slices import desired_slices, plan
+from intel_device_plugins.kube.rest import NODES, RESOURCE_SLICES, RestClient, kubeconfig_config
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import running_control_plane
 from k8stest.kwok import create_kwok_nodes
@@ -80,27 +75,26 @@ def gpu_inventory(cards: int) -> Inventory:
     )
 
 
-async def own_slices(client: AsyncClient, node: str) -> list[str]:
-    fields: dict[str, Any] = {"spec.driver": DRIVER, "spec.nodeName": node}
-    return [
-        s.metadata.name
-        async for s in client.list(ResourceSlice, fields=fields)
-        if s.metadata and s.metadata.name
-    ]
+async def own_slices(client: RestClient, node: str) -> list[str]:
+    listed = await client.list(RESOURCE_SLICES, fields={"spec.driver": DRIVER, "spec.nodeName": node})
+    return [s["metadata"]["name"] for s in listed.items]
 
 
-async def clear(client: AsyncClient, node: str) -> None:
+async def clear(client: RestClient, node: str) -> None:
     for name in await own_slices(client, node):
-        await client.delete(ResourceSlice, name)
-    async for s in client.list(ResourceSlice, labels={"bench": "floor"}):  # both bare paths' slices
-        if s.metadata and s.metadata.name:
-            await client.delete(ResourceSlice, s.metadata.name)
+        await client.delete(RESOURCE_SLICES, name)
+    for s in (await client.list(RESOURCE_SLICES, labels={"bench": "floor"})).items:  # the bare paths' slices
+        await client.delete(RESOURCE_SLICES, s["metadata"]["name"])
+
+
+def new_client(kubeconfig: Path) -> RestClient:
+    return RestClient(kubeconfig_config(kubeconfig), field_manager="bench")
 
 
 async def rounds(kubeconfig: Path, node: str, runs: int) -> dict[str, list[float]]:
     inventory = gpu_inventory(CARDS)
-    admin = AsyncClient(config=KubeConfig.from_file(kubeconfig))
-    node_uid = (await admin.get(Node, node)).metadata.uid  # type: ignore[union-attr]
+    admin = new_client(kubeconfig)
+    node_uid = (await admin.get(NODES, node))["metadata"]["uid"]
     assert node_uid
     (template,) = desired_slices(DRIVER, node, node_uid, inventory, generation=1)
     times: dict[str, list[float]] = {"publish": [], "floor": [], "calls": []}
@@ -110,14 +104,15 @@ async def rounds(kubeconfig: Path, node: str, runs: int) -> dict[str, list[float
             order = ("publish", "floor", "calls") if i % 2 else ("calls", "floor", "publish")
             for what in order:
                 t0 = time.perf_counter()
-                client = AsyncClient(config=KubeConfig.from_file(kubeconfig), field_manager="bench")
+                client = new_client(kubeconfig)
                 if what == "publish":
                     await SlicePublisher(client, DRIVER, node).publish(inventory)
                 else:
                     if what == "calls":  # what the publisher cannot do without: the owner's UID, the slices
-                        await client.get(Node, node)
-                        fields: dict[str, Any] = {"spec.driver": FLOOR_DRIVER, "spec.nodeName": node}
-                        _ = [s async for s in client.list(ResourceSlice, fields=fields)]
+                        await client.get(NODES, node)
+                        await client.list(
+                            RESOURCE_SLICES, fields={"spec.driver": FLOOR_DRIVER, "spec.nodeName": node}
+                        )
                     body = {
                         **template,
                         "metadata": {
@@ -133,7 +128,7 @@ async def rounds(kubeconfig: Path, node: str, runs: int) -> dict[str, list[float
                             "pool": {**template["spec"]["pool"], "name": f"{what}-{i}"},
                         },
                     }
-                    await client.create(cast(ResourceSlice, ResourceSlice.from_dict(body)))
+                    await client.create(RESOURCE_SLICES, body)
                 elapsed = time.perf_counter() - t0
                 await client.close()
                 if i:

@@ -9,14 +9,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import pytest
-from lightkube import ApiError, AsyncClient
-from lightkube.models.meta_v1 import ObjectMeta, Status
-from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceSlice
 
 from intel_device_plugins.dra.model import Device, Inventory
 from intel_device_plugins.dra.publisher import PublishStats, SlicePublisher
 from intel_device_plugins.dra.slices import SliceError
+from intel_device_plugins.kube.rest import NODES, RESOURCE_SLICES, ApiError, ObjectList, Resource, RestClient
 
 DRIVER = "gpu.intel.com"
 NODE = "node-1"
@@ -27,7 +24,7 @@ def cards(count: int, driver: str = "i915") -> Inventory:
 
 
 def error(code: int) -> ApiError:
-    return ApiError(status=Status(code=code, message=f"status {code}"))
+    return ApiError(code, f"status {code}")
 
 
 class Api:
@@ -46,41 +43,44 @@ class Api:
         self.slices[obj["metadata"]["name"]] = obj
         return obj
 
-    async def get(self, res: Any, name: str) -> Any:
+    async def get(self, res: Resource, name: str) -> dict[str, Any]:
+        assert res == NODES
         self.calls.append("get")
         if self.node_uid is None:
             raise error(404)
-        return Node(metadata=ObjectMeta(name=name, uid=self.node_uid))
+        return {"metadata": {"name": name, "uid": self.node_uid}}
 
-    async def list(self, res: Any, **selectors: Any) -> AsyncIterator[Any]:
+    async def list(self, res: Resource, **selectors: Any) -> ObjectList:
+        assert res == RESOURCE_SLICES
         self.calls.append("list")
         assert selectors["fields"] == {"spec.driver": DRIVER, "spec.nodeName": NODE}
-        for obj in list(self.slices.values()):
-            yield ResourceSlice.from_dict(copy.deepcopy(obj))
+        return ObjectList(tuple(copy.deepcopy(list(self.slices.values()))), str(next(self._versions)))
 
-    async def watch(self, res: Any, **selectors: Any) -> AsyncIterator[tuple[str, Any]]:
+    async def watch(self, res: Resource, **selectors: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        assert res == RESOURCE_SLICES and selectors["resource_version"]
         while True:
             event, obj = await self.events.get()
-            yield event, ResourceSlice.from_dict(copy.deepcopy(obj))
+            yield event, copy.deepcopy(obj)
 
-    async def create(self, obj: Any) -> Any:
+    async def create(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        assert res == RESOURCE_SLICES
         self.calls.append("create")
-        body = obj.to_dict()
         if body["metadata"]["name"] in self.slices:
             raise error(409)
-        return ResourceSlice.from_dict(self._store(body, f"uid-{next(self._versions)}"))
+        return copy.deepcopy(self._store(body, f"uid-{next(self._versions)}"))
 
-    async def replace(self, obj: Any) -> Any:
+    async def replace(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        assert res == RESOURCE_SLICES
         self.calls.append("replace")
-        body = obj.to_dict()
         held = self.slices.get(body["metadata"]["name"])
         if held is None:
             raise error(404)
         if held["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
             raise error(409)
-        return ResourceSlice.from_dict(self._store(body, held["metadata"]["uid"]))
+        return copy.deepcopy(self._store(body, held["metadata"]["uid"]))
 
-    async def delete(self, res: Any, name: str) -> None:
+    async def delete(self, res: Resource, name: str) -> None:
+        assert res == RESOURCE_SLICES
         self.calls.append("delete")
         if self.slices.pop(name, None) is None:
             raise error(404)
@@ -101,7 +101,7 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def publisher(api: Api, **kwargs: Any) -> SlicePublisher:
-    return SlicePublisher(cast(AsyncClient, api), DRIVER, NODE, repair_delay_s=0.01, retry_s=0.01, **kwargs)
+    return SlicePublisher(cast(RestClient, api), DRIVER, NODE, repair_delay_s=0.01, retry_s=0.01, **kwargs)
 
 
 async def test_an_unchanged_inventory_costs_no_call() -> None:

@@ -29,6 +29,7 @@ from intel_device_plugins.dra.model import (
 )
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import PublishStats, SlicePublisher
+from intel_device_plugins.kube.rest import RestClient, kubeconfig_config
 from intel_device_plugins.plugins.dlb.dra import DlbDriverProfile
 from intel_device_plugins.plugins.fpga.discovery import Mode
 from intel_device_plugins.plugins.fpga.dra import FpgaDriverProfile
@@ -103,6 +104,16 @@ async def client(k8s_control_plane: ControlPlane) -> AsyncIterator[AsyncClient]:
 
 
 @pytest.fixture
+async def rest(k8s_control_plane: ControlPlane) -> AsyncIterator[RestClient]:
+    """The publisher's own client; the tests look and meddle through lightkube, an independent one."""
+    c = RestClient(kubeconfig_config(k8s_control_plane.admin_kubeconfig), field_manager="dra-test")
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.fixture
 def node(kwok_nodes: Callable[..., list[str]]) -> str:
     (name,) = kwok_nodes(1)
     return name
@@ -130,9 +141,9 @@ async def stop(task: asyncio.Task[None]) -> None:
 
 
 async def test_200_devices_are_two_slices_the_api_server_accepts_and_one_change_is_one_update(
-    client: AsyncClient, node: str
+    client: AsyncClient, rest: RestClient, node: str
 ) -> None:
-    publisher = SlicePublisher(client, DRIVER, node)
+    publisher = SlicePublisher(rest, DRIVER, node)
     first = await publisher.publish(gpus(200))
     assert first is not None and len(first.creates) == 2
     listed = await slices(client, node)
@@ -158,9 +169,9 @@ async def test_200_devices_are_two_slices_the_api_server_accepts_and_one_change_
 
 
 async def test_taints_counter_sets_and_partitions_pass_validation_and_republish_as_no_op(
-    client: AsyncClient, node: str
+    client: AsyncClient, rest: RestClient, node: str
 ) -> None:
-    publisher = SlicePublisher(client, DRIVER, node)
+    publisher = SlicePublisher(rest, DRIVER, node)
     sets = (CounterSet("card0-pf", {"memory": "16Gi", "millicores": "1000"}),)
     vfs = tuple(
         Device(
@@ -187,8 +198,10 @@ async def test_taints_counter_sets_and_partitions_pass_validation_and_republish_
     assert publisher.stats == PublishStats(creates=2)
 
 
-async def test_slices_deleted_or_edited_by_someone_else_are_put_back(client: AsyncClient, node: str) -> None:
-    publisher = SlicePublisher(client, DRIVER, node)
+async def test_slices_deleted_or_edited_by_someone_else_are_put_back(
+    client: AsyncClient, rest: RestClient, node: str
+) -> None:
+    publisher = SlicePublisher(rest, DRIVER, node)
     await publisher.publish(gpus(200))
     task = await running(publisher)
     try:
@@ -209,9 +222,9 @@ async def test_slices_deleted_or_edited_by_someone_else_are_put_back(client: Asy
 
 
 async def test_an_inventory_published_while_the_api_server_is_down_arrives_after_its_restart(
-    k8s_control_plane: ControlPlane, client: AsyncClient, node: str
+    k8s_control_plane: ControlPlane, client: AsyncClient, rest: RestClient, node: str
 ) -> None:
-    publisher = SlicePublisher(client, DRIVER, node, retry_s=0.2)
+    publisher = SlicePublisher(rest, DRIVER, node, retry_s=0.2)
     await publisher.publish(gpus(4))
     task = await running(publisher)
     try:
@@ -237,8 +250,10 @@ async def test_an_inventory_published_while_the_api_server_is_down_arrives_after
         await stop(task)
 
 
-async def test_withdraw_deletes_the_slices_and_run_leaves_them_gone(client: AsyncClient, node: str) -> None:
-    publisher = SlicePublisher(client, DRIVER, node)
+async def test_withdraw_deletes_the_slices_and_run_leaves_them_gone(
+    client: AsyncClient, rest: RestClient, node: str
+) -> None:
+    publisher = SlicePublisher(rest, DRIVER, node)
     await publisher.publish(gpus(130))
     task = await running(publisher)
     try:
@@ -251,8 +266,8 @@ async def test_withdraw_deletes_the_slices_and_run_leaves_them_gone(client: Asyn
         await stop(task)
 
 
-async def test_slices_go_with_their_node(client: AsyncClient, node: str) -> None:
-    publisher = SlicePublisher(client, DRIVER, node)
+async def test_slices_go_with_their_node(client: AsyncClient, rest: RestClient, node: str) -> None:
+    publisher = SlicePublisher(rest, DRIVER, node)
     await publisher.publish(gpus(130))
     task = await running(publisher)
     try:
@@ -306,12 +321,12 @@ KINDS: dict[str, Callable[[Path], DriverProfile]] = {
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 async def test_every_kinds_devices_pass_the_api_servers_validation(
-    client: AsyncClient, node: str, kind: str, tmp_path: Path
+    client: AsyncClient, rest: RestClient, node: str, kind: str, tmp_path: Path
 ) -> None:
     profile = KINDS[kind](tmp_path / "node")
     inventory = profile.scan()
     assert inventory.devices, f"{kind}: the simulated node has no devices: {inventory.problems}"
-    publisher = SlicePublisher(client, profile.driver_name, node)
+    publisher = SlicePublisher(rest, profile.driver_name, node)
     await publisher.publish(inventory)
     fields: dict[str, Any] = {"spec.driver": profile.driver_name, "spec.nodeName": node}
     listed = [s.to_dict() async for s in client.list(ResourceSlice, fields=fields)]

@@ -15,12 +15,9 @@ import asyncio
 import logging
 import os
 import re
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import KubeConfig
-from lightkube.core.exceptions import ConfigError
 
 from intel_device_plugins.deviceplugin.scanworker import exit_leaving_stuck_threads
 from intel_device_plugins.dra.driver import (
@@ -33,6 +30,13 @@ from intel_device_plugins.dra.driver import (
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.registration import UNIX_PATH_MAX, SocketPaths
 from intel_device_plugins.flags import GoFlagParser, positive_float
+from intel_device_plugins.kube.rest import (
+    RestClient,
+    RestConfig,
+    in_cluster_config,
+    kubeconfig_config,
+    tls_context,
+)
 from intel_device_plugins.logconfig import DEBUG_FROM, add_verbosity_flag, configure_logging
 
 DEFAULT_CDI_ROOT = "/var/run/cdi"
@@ -155,20 +159,22 @@ def check_socket_paths(paths: SocketPaths) -> None:
             raise ValueError(f"{flag}: socket {path} is longer than {UNIX_PATH_MAX - 1} bytes")
 
 
-def load_kube_config(kubeconfig: str) -> KubeConfig:
+def load_kube_config(kubeconfig: str) -> RestConfig:
     """``-kubeconfig``'s file, or the pod's service account; ``ValueError`` says which failed."""
     try:
         if kubeconfig:
-            return KubeConfig.from_file(kubeconfig)
-        return KubeConfig.from_service_account()
-    except (OSError, ConfigError, ValueError) as error:
+            return kubeconfig_config(Path(kubeconfig))
+        return in_cluster_config()
+    except ValueError as error:
         where = f"-kubeconfig {kubeconfig}" if kubeconfig else "no -kubeconfig and no service account"
         raise ValueError(f"{where}: {error}") from error
 
 
-async def _serve(profiles: Sequence[DriverProfile], config: DriverConfig, kube_config: KubeConfig) -> None:
+async def _serve(
+    profiles: Sequence[DriverProfile], config: DriverConfig, kube_config: RestConfig, tls: ssl.SSLContext
+) -> None:
     manager = profiles[0].driver_name if len(profiles) == 1 else COMBINED_FIELD_MANAGER
-    client = AsyncClient(config=kube_config, field_manager=manager, trust_env=False)
+    client = RestClient(kube_config, field_manager=manager, context=tls)
     try:
         await serve_drivers(profiles, config, client)
     finally:
@@ -203,10 +209,11 @@ def run_drivers_command(
                 )
             )
         kube_config = load_kube_config(args.kubeconfig)
+        tls = tls_context(kube_config)
     except ValueError as error:
         parser.error(str(error))
     try:
-        asyncio.run(_serve(profiles, config, kube_config))
+        asyncio.run(_serve(profiles, config, kube_config, tls))
     except Exception as error:  # a server that cannot start (a socket in use): one line, not a trace
         names = ", ".join(profile.driver_name for profile in profiles)
         message = str(error) if isinstance(error, DriverFailed) else f"{names} cannot run: {error}"

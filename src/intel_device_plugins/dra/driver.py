@@ -24,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from lightkube import AsyncClient
-from lightkube.resources.resource_v1 import ResourceClaim
-
 from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries
 from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryWatcher
 from intel_device_plugins.deviceplugin.model import Health
@@ -38,6 +35,7 @@ from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import SlicePublisher
 from intel_device_plugins.dra.registration import DriverSockets, SocketPaths, live_sockets
+from intel_device_plugins.kube.rest import RESOURCE_CLAIMS, RestClient
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +343,7 @@ class KubeletEndpoint:
         self.service.inventory_changed(inventory)
 
 
-def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> PartsFactory:
+def api_parts(profile: DriverProfile, config: DriverConfig, client: RestClient) -> PartsFactory:
     """The production parts: a :class:`SlicePublisher` and the kubelet service with its sockets.
 
     Socket paths are checked here, before anything starts (``RegistrationError`` names the value).
@@ -354,8 +352,7 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
     paths = SocketPaths.for_instance(config.registrar_dir, config.plugins_dir, driver, config.instance_uid)
 
     async def get_claim(namespace: str, name: str) -> Mapping[str, Any]:
-        claim = await client.get(ResourceClaim, name, namespace=namespace)
-        return claim.to_dict()
+        return await client.get(RESOURCE_CLAIMS, name, namespace=namespace)
 
     def build(inventory: Callable[[], Inventory]) -> DriverParts:
         checkpoint = Checkpoint.for_driver(
@@ -371,7 +368,7 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: AsyncClient)
     return build
 
 
-async def serve_driver(profile: DriverProfile, config: DriverConfig, client: AsyncClient) -> None:
+async def serve_driver(profile: DriverProfile, config: DriverConfig, client: RestClient) -> None:
     """Run one driver until SIGTERM or SIGINT, then unregister, withdraw the slices and return."""
     await serve_drivers((profile,), config, client)
 
@@ -393,7 +390,7 @@ async def _run_until_failure(driver: DraDriver, stop: asyncio.Event) -> None:
         raise
 
 
-async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig, client: AsyncClient) -> None:
+async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig, client: RestClient) -> None:
     """Run several drivers (distinct names) on one event loop until SIGTERM or SIGINT.
 
     They share the API client and one uevent source; each has its own scan worker, publisher,

@@ -1,7 +1,7 @@
 """Keeps the node's ResourceSlices equal to the latest inventory: the asyncio shell around :mod:`.slices`.
 
 The publisher holds a copy of its own slices (those of its driver on its node, by field selector), kept
-current by its own writes and by a list-watch (:func:`intel_device_plugins.kube.watch.follow`). Every sync
+current by its own writes and by a list-watch (:func:`intel_device_plugins.kube.rest.follow`). Every sync
 plans against that copy and makes only the calls the plan lists, so a repeated ``publish`` of an unchanged
 inventory costs no API call. A write that meets a newer object (409) or a missing one (404) means the copy
 is stale: it is listed again and the plan made again.
@@ -18,14 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceSlice
-
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.slices import SlicePlan, desired_slices, plan
-from intel_device_plugins.kube.apierrors import is_status
-from intel_device_plugins.kube.watch import follow
+from intel_device_plugins.kube.rest import NODES, RESOURCE_SLICES, RestClient, follow, is_status
 from intel_device_plugins.kube.workqueue import backoff
 
 log = logging.getLogger(__name__)
@@ -41,10 +36,6 @@ class PublishStats:
     creates: int = 0
     updates: int = 0
     deletes: int = 0
-
-
-def _as_dict(obj: Any) -> dict[str, Any]:
-    return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
 def _resource_version(obj: Mapping[str, Any]) -> int | None:
@@ -68,7 +59,7 @@ class SlicePublisher:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: RestClient,
         driver: str,
         node_name: str,
         *,
@@ -131,7 +122,7 @@ class SlicePublisher:
         try:
             await follow(
                 self._client,
-                ResourceSlice,
+                RESOURCE_SLICES,
                 self._on_list,
                 self._on_event,
                 fields=self.fields,
@@ -164,9 +155,8 @@ class SlicePublisher:
         self._wanted.set()  # usually our own write coming back: the plan is then empty
 
     async def _relist(self) -> None:
-        fields: dict[str, Any] = dict(self.fields)
-        listed = [_as_dict(o) async for o in self._client.list(ResourceSlice, fields=fields)]
-        self._held = {o["metadata"]["name"]: o for o in listed}
+        listed = await self._client.list(RESOURCE_SLICES, fields=self.fields)
+        self._held = {o["metadata"]["name"]: o for o in listed.items}
 
     # --- syncing ----------------------------------------------------------------------------------------
 
@@ -191,11 +181,11 @@ class SlicePublisher:
 
     async def _uid(self) -> str:
         if self._node_uid is None:
-            node = await self._client.get(Node, self._node_name)
-            uid = node.metadata.uid if node.metadata else None
+            node = await self._client.get(NODES, self._node_name)
+            uid = (node.get("metadata") or {}).get("uid")
             if not uid:
                 raise RuntimeError(f"node {self._node_name} has no UID")
-            self._node_uid = uid
+            self._node_uid = str(uid)
         return self._node_uid
 
     async def _sync(self) -> SlicePlan | None:
@@ -245,15 +235,15 @@ class SlicePublisher:
         for name in todo.deletes:
             await self._delete(name)
         for obj in todo.updates:
-            self._store(await self._client.replace(ResourceSlice.from_dict(obj)))
+            self._store(await self._client.replace(RESOURCE_SLICES, obj))
             self._updates += 1
         for obj in todo.creates:
-            self._store(await self._client.create(ResourceSlice.from_dict(obj)))
+            self._store(await self._client.create(RESOURCE_SLICES, obj))
             self._creates += 1
 
     async def _delete(self, name: str) -> None:
         try:
-            await self._client.delete(ResourceSlice, name)
+            await self._client.delete(RESOURCE_SLICES, name)
             self._deletes += 1
         except Exception as exc:
             if not is_status(exc, 404):  # already gone is what we wanted
@@ -261,7 +251,6 @@ class SlicePublisher:
         if self._held is not None:
             self._held.pop(name, None)
 
-    def _store(self, answer: Any) -> None:
-        obj = _as_dict(answer)
+    def _store(self, obj: dict[str, Any]) -> None:
         if self._held is not None:
             self._held[obj["metadata"]["name"]] = obj

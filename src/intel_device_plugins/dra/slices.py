@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from lightkube.utils.quantity import parse_quantity
-
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.dra.model import (
     MAX_ATTRIBUTES_AND_CAPACITIES,
@@ -40,6 +38,7 @@ from intel_device_plugins.dra.model import (
     Taint,
     Version,
 )
+from intel_device_plugins.kube.quantity import parse_quantity
 
 API_VERSION: Final = "resource.k8s.io/v1"
 DRIVER_LABEL: Final = "deviceplugin.intel.com/dra-driver"
@@ -134,12 +133,9 @@ def _check_qualified_name(name: str, where: str) -> None:
 
 def _quantity(value: str, where: str) -> Decimal:
     try:
-        parsed = parse_quantity(value)
+        return parse_quantity(value)
     except ValueError:
-        parsed = None
-    if parsed is None:
-        raise SliceError(f"{where}: {value!r} is not a Kubernetes quantity")
-    return parsed
+        raise SliceError(f"{where}: {value!r} is not a Kubernetes quantity") from None
 
 
 def _check_counters(counters: Mapping[str, str], where: str) -> None:
@@ -435,10 +431,9 @@ def _drop_empty(value: Any) -> Any:
 def _parsed(value: str) -> Decimal | str:
     """Parsing is most of a plan's cost, and a pool repeats the same few quantities."""
     try:
-        parsed = parse_quantity(value)
+        return parse_quantity(value)
     except ValueError:
         return value
-    return value if parsed is None else parsed
 
 
 def _q(value: Any) -> Any:
