@@ -6,10 +6,12 @@ the two processes from this checkout, at the same time, on the same simulated GP
 
 - ``intel_gpu_device_plugin`` with the GpuDevicePlugin sample's arguments (the operator's DaemonSet
   builder gives them), registered with the kubelet stand-in, which holds its ListAndWatch streams;
-- ``intel_gpu_dra_driver`` with ``deploy/dra/gpu``'s arguments against a private kube-apiserver (a
-  bearer token and the cluster CA, as a pod's service account has), with a stand-in for the kubelet's
-  DRA side: it calls ``GetInfo`` and ``NotifyRegistrationStatus`` on the registration socket and holds
-  the ``NodeWatchResources`` stream open, as a 1.37 kubelet does.
+- ``intel_gpu_dra_driver`` with ``deploy/dra/gpu``'s arguments against a private kube-apiserver,
+  configured as in a pod: no ``-kubeconfig``, ``KUBERNETES_SERVICE_HOST``/``_PORT`` set, and a token
+  and the cluster CA in ``/var/run/secrets/kubernetes.io/serviceaccount`` (a tmpfs in a mount
+  namespace of its own, so the machine's ``/run`` is left alone; hence root), with a stand-in for
+  the kubelet's DRA side: it calls ``GetInfo`` and ``NotifyRegistrationStatus`` on the registration
+  socket and holds the ``NodeWatchResources`` stream open, as a 1.37 kubelet does.
 
 Once the plugin advertises every card and the driver's ResourceSlice holds every card, both settle,
 then idle for ``--idle-seconds``: CPU of every thread over that window (schedstat), then VmRSS,
@@ -42,6 +44,7 @@ from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as r
 from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from intel_device_plugins.dra.api import dra_health_v1_pb2 as health_pb
 from intel_device_plugins.dra.api import dra_health_v1_pb2_grpc as health_grpc
+from intel_device_plugins.kube.rest import SERVICE_ACCOUNT_DIR
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import build_node, parse_node_spec
@@ -62,6 +65,21 @@ def plugin_arguments() -> list[str]:
     _, daemonset = sample_daemonset(DeviceKind.GPU, "unused")
     container = daemonset["spec"]["template"]["spec"]["containers"][0]
     return [str(arg) for arg in container.get("args", [])]
+
+
+def in_pod(account: Path, port: int) -> list[str]:
+    """A command prefix that runs the rest as a pod's process sees the API server: the service
+    account's files at their place (in a private mount namespace), the service's address in the
+    environment. Each step execs the next, so the driver keeps the process ID the bench measures."""
+    script = (
+        "mount -t tmpfs -o size=1m,mode=755 tmpfs /run"
+        f" && mkdir -p {SERVICE_ACCOUNT_DIR}"
+        f' && cp "$0/token" "$0/ca.crt" {SERVICE_ACCOUNT_DIR}/ && exec "$@"'
+    )
+    return [
+        "unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(account),
+        "env", "KUBERNETES_SERVICE_HOST=127.0.0.1", f"KUBERNETES_SERVICE_PORT={port}",
+    ]  # fmt: skip
 
 
 def published_cards(client: KubeClient) -> set[str]:
@@ -121,7 +139,10 @@ async def run(workdir: Path, idle_seconds: float, load: LoadAverage) -> str:
         client.create(
             "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": DRA_NODE_NAME}}
         )
-        token_kubeconfig = cp.admin_kubeconfig  # a bearer token and the CA, as a service account has
+        account = workdir / "serviceaccount"
+        account.mkdir()
+        (account / "token").write_text(cp.admin.token)
+        (account / "ca.crt").write_bytes(cp.admin.ca_pem)
         done = asyncio.Event()
         async with contextlib.AsyncExitStack() as stack:
             kubelet = await stack.enter_async_context(KubeletStandIn(plugin_dir))
@@ -140,11 +161,11 @@ async def run(workdir: Path, idle_seconds: float, load: LoadAverage) -> str:
             driver = await stack.enter_async_context(
                 plugin_process(
                     [
+                        *in_pod(account, cp.ports.apiserver),
                         console_script("intel_gpu_dra_driver"),
                         "-v", "0",
                         "-node-name", DRA_NODE_NAME,
                         "-prefix", str(root),
-                        "-kubeconfig", str(token_kubeconfig),
                         "-cdi-root", str(kubelet_dir / "cdi"),
                         "-kubelet-registrar-directory-path", str(kubelet_dir / "plugins_registry"),
                         "-kubelet-plugins-directory-path", str(kubelet_dir / "plugins"),

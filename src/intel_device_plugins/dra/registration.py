@@ -14,8 +14,6 @@ socket address (108 bytes). Each instance removes its own sockets, and only thos
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import os
 import re
@@ -48,6 +46,11 @@ class RegistrationError(ValueError):
 
 
 def _hash(text: str, size: int) -> str:
+    # Imported here: only a name too long for a socket path needs it, and hashlib loads OpenSSL's
+    # digests (about 0.6 MiB resident) that a driver never needs otherwise.
+    import base64
+    import hashlib
+
     return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()[:size]).decode().rstrip("=")
 
 
@@ -58,14 +61,15 @@ def registrar_socket_name(registry_dir: Path, driver: str, instance_uid: str) ->
     if not instance_uid:
         return f"{driver}-reg.sock"
     candidates = (
-        f"{driver}-{instance_uid}-reg.sock",
-        f"{driver}-{_hash(instance_uid, _UID_HASH_BYTES)}-reg.sock",
-        f"dra-{_hash(driver + chr(0) + instance_uid, _DRIVER_UID_HASH_BYTES)}-reg.sock",
+        lambda: f"{driver}-{instance_uid}-reg.sock",
+        lambda: f"{driver}-{_hash(instance_uid, _UID_HASH_BYTES)}-reg.sock",
+        lambda: f"dra-{_hash(driver + chr(0) + instance_uid, _DRIVER_UID_HASH_BYTES)}-reg.sock",
     )
-    for name in candidates:
+    for candidate in candidates:
+        name = candidate()
         if len(os.fspath(registry_dir / name)) <= UNIX_PATH_MAX:
             return name
-    return candidates[-1]
+    return name
 
 
 @dataclass(frozen=True)

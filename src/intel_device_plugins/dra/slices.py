@@ -18,11 +18,9 @@ Nothing changed means an empty plan.
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Final
 
 from intel_device_plugins.deviceplugin.model import Health
@@ -101,6 +99,8 @@ def slice_name_prefix(driver: str, node_name: str) -> str:
     room = MAX_NAME_LENGTH - len(tail) - 8  # up to 8 characters for the index
     if len(node_name) <= room:
         return f"{node_name}{tail}"
+    import hashlib  # here: rare, and hashlib loads OpenSSL's digests (about 0.6 MiB resident)
+
     digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
     head = node_name[: room - len(digest) - 1].rstrip("-.")
     return f"{head}-{digest}{tail}"
@@ -131,7 +131,7 @@ def _check_qualified_name(name: str, where: str) -> None:
         raise SliceError(f"{where}: {name!r} does not end in a C identifier of at most 32 characters")
 
 
-def _quantity(value: str, where: str) -> Decimal:
+def _quantity(value: str, where: str) -> int:
     try:
         return parse_quantity(value)
     except ValueError:
@@ -428,7 +428,7 @@ def _drop_empty(value: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parsed(value: str) -> Decimal | str:
+def _parsed(value: str) -> int | str:
     """Parsing is most of a plan's cost, and a pool repeats the same few quantities."""
     try:
         return parse_quantity(value)

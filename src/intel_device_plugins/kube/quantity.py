@@ -1,54 +1,43 @@
-"""Kubernetes quantities (``1Gi``, ``500m``, ``1k``, ``1e3``) as exact decimals.
+"""Kubernetes quantities (``1Gi``, ``500m``, ``1k``, ``1e3``) as exact integers of thousandths.
 
 The API server writes a quantity back in its own canonical form (``1000`` becomes ``1k``), so two
-quantities are compared by value. The value is rounded up to thousandths, as Kubernetes keeps them.
+quantities are compared by value. Kubernetes keeps a quantity to thousandths, rounding up (away
+from zero); so does this parser, in plain integers (the ``decimal`` module is not needed for that).
 """
 
 from __future__ import annotations
 
 import re
-from decimal import ROUND_UP, Context, Decimal, InvalidOperation, localcontext
 from typing import Final
 
 MAX_QUANTITY_CHARS: Final = 64
-_MULTIPLIERS: Final = {
-    "m": Decimal(10) ** -3,
-    "": Decimal(1),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(1024),
-    "Mi": Decimal(1024) ** 2,
-    "Gi": Decimal(1024) ** 3,
-    "Ti": Decimal(1024) ** 4,
-    "Pi": Decimal(1024) ** 5,
-    "Ei": Decimal(1024) ** 6,
-}
-_QUANTITY: Final = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d{1,3})|([a-zA-Z]{0,2}))$")
-_THOUSANDTH: Final = Decimal("0.001")
-_CONTEXT: Final = Context(prec=60)
-"""Room for the largest quantity the API allows (about 2^63 in thousandths) and then some."""
+_DECIMAL_EXPONENTS: Final = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_POWERS: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_QUANTITY: Final = re.compile(r"^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d{1,3})|([a-zA-Z]{0,2}))$")
 
 
-def parse_quantity(text: str) -> Decimal:
-    """The quantity's value; ``ValueError`` names what is wrong with ``text``."""
+def parse_quantity(text: str) -> int:
+    """The quantity's value in thousandths; ``ValueError`` names what is wrong with ``text``."""
     if len(text) > MAX_QUANTITY_CHARS:
         raise ValueError(f"quantity longer than {MAX_QUANTITY_CHARS} characters")
     match = _QUANTITY.match(text)
-    if not match:
+    if not match or not (match.group(2) or match.group(3)):
         raise ValueError(f"{text!r} is not a quantity")
-    number, exponent, suffix = match.groups()
-    with localcontext(_CONTEXT):
-        try:
-            if exponent:
-                value = Decimal(number) * Decimal(10) ** int(exponent[1:])
-            elif suffix in _MULTIPLIERS:
-                value = Decimal(number) * _MULTIPLIERS[suffix]
-            else:
-                raise ValueError(f"{text!r} has an unknown suffix {suffix!r}")
-            return +value.quantize(_THOUSANDTH, rounding=ROUND_UP)
-        except InvalidOperation as exc:
-            raise ValueError(f"{text!r} is out of range") from exc
+    sign, whole, fraction, exponent, suffix = match.groups()
+    fraction = fraction or ""
+    numerator, denominator = int(whole + fraction or "0") * 1000, 10 ** len(fraction)
+    if exponent is not None:
+        power = int(exponent)
+    elif suffix in _DECIMAL_EXPONENTS:
+        power = _DECIMAL_EXPONENTS[suffix]
+    elif suffix in _BINARY_POWERS:
+        power = 0
+        numerator *= 1024 ** _BINARY_POWERS[suffix]
+    else:
+        raise ValueError(f"{text!r} has an unknown suffix {suffix!r}")
+    if power >= 0:
+        numerator *= 10**power
+    else:
+        denominator *= 10**-power
+    value = -(-numerator // denominator)  # rounded up, as Kubernetes rounds
+    return -value if sign == "-" else value

@@ -40,6 +40,9 @@ MAX_CONFIG_BYTES: Final = 1 << 20
 TOKEN_REREAD_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 30.0
 MAX_IDLE_CONNECTIONS: Final = 2
+IDLE_CLOSE_S: Final = 10.0
+"""Kept-alive connections unused this long are closed: each holds asyncio's 256 KiB TLS read buffer,
+and a node agent that is idle makes no call for minutes (its watch has a connection of its own)."""
 USER_AGENT: Final = "intel-device-plugins"
 
 log = logging.getLogger(__name__)
@@ -440,6 +443,7 @@ class RestClient:
         self._field_manager = field_manager
         self._timeout_s = timeout_s
         self._idle: list[_Connection] = []
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._token = config.token
         self._token_read = -TOKEN_REREAD_S
 
@@ -452,11 +456,18 @@ class RestClient:
         return f"Authorization: Bearer {self._token}\r\n" if self._token else ""
 
     async def _connect(self) -> _Connection:
+        name = self._config.server_name or self._config.host
+        try:
+            # As bytes, ssl takes the name as it is; a str would load the IDNA codec (and
+            # unicodedata) for nothing, as Kubernetes names are ASCII.
+            server_hostname = name.encode("ascii")
+        except UnicodeEncodeError:
+            raise ConfigError(f"server name {name[:80]!r} is not ASCII") from None
         reader, writer = await asyncio.open_connection(
             self._config.host,
             self._config.port,
             ssl=self._ssl,
-            server_hostname=self._config.server_name or self._config.host,
+            server_hostname=server_hostname,
             limit=MAX_HEADER_BYTES,
         )
         return _Connection(reader, writer)
@@ -491,12 +502,24 @@ class RestClient:
                     raise
                 if connection.reusable and len(self._idle) < MAX_IDLE_CONNECTIONS:
                     self._idle.append(connection)
+                    self._close_idle_later()
                 else:
                     await connection.close()
                 if head.status >= 300:
                     raise _api_error(head, data)
                 return _json(data, f"{method} {target}") if data else None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _close_idle_later(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = asyncio.get_running_loop().call_later(IDLE_CLOSE_S, self._close_idle)
+
+    def _close_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.reusable = False
+            connection.writer.close()
 
     def _query(self, **params: str | None) -> str:
         query = {key: value for key, value in params.items() if value}
@@ -589,6 +612,8 @@ class RestClient:
             await connection.close()
 
     async def close(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         idle, self._idle = self._idle, []
         for connection in idle:
             await connection.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 from collections.abc import Sequence
 
 from intel_device_plugins.deviceplugin.cli import (
@@ -22,27 +21,13 @@ from intel_device_plugins.plugins.flagnames import (
     GPU_MONITORING_MODE,
     SHARED_DEV_NUM,
 )
-from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode
+from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode, parse_id_list
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
 
 log = logging.getLogger(__name__)
 
-PCI_DEVICE_ID = re.compile(r"^0x[0-9a-f]{4}$")
 DEFAULT_TEMP_LIMIT = 100
-
-
-def parse_id_list(text: str) -> frozenset[str]:
-    """``"0x56c0, 0x56c1"`` → IDs; each must be lowercase ``0x`` plus four hex digits."""
-    if text == "":
-        return frozenset()
-    ids: set[str] = set()
-    for item in text.split(","):
-        item = item.strip()
-        if not PCI_DEVICE_ID.match(item):
-            raise argparse.ArgumentTypeError(f"invalid PCI device ID {item!r} (expected e.g. 0x56c0)")
-        ids.add(item)
-    return frozenset(ids)
 
 
 def build_parser() -> GoFlagParser:

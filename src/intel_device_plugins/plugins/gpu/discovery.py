@@ -16,6 +16,7 @@ driver, NUMA node(s), SR-IOV role and, where sysfs tells it, local memory.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from dataclasses import dataclass
@@ -479,3 +480,19 @@ def scan_gpus(prefix: str, options: GpuOptions, cache: CardFactsCache | None = N
     for resource, nodes in monitoring.items():
         tree[resource] = {MONITORING_ID: DeviceInfo(health=Health.HEALTHY, nodes=tuple(nodes))}
     return Discovery(tree, scan.problems)
+
+
+PCI_DEVICE_ID = re.compile(r"^0x[0-9a-f]{4}$")
+
+
+def parse_id_list(text: str) -> frozenset[str]:
+    """``"0x56c0, 0x56c1"`` → IDs; each must be lowercase ``0x`` plus four hex digits."""
+    if text == "":
+        return frozenset()
+    ids: set[str] = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not PCI_DEVICE_ID.match(item):
+            raise argparse.ArgumentTypeError(f"invalid PCI device ID {item!r} (expected e.g. 0x56c0)")
+        ids.add(item)
+    return frozenset(ids)

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from intel_device_plugins.dra.cli import new_driver_parser, run_driver_command
 from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.plugins.flagnames import GPU_ALLOW_IDS, GPU_BYPATH, GPU_DENY_IDS
-from intel_device_plugins.plugins.gpu.cli import parse_id_list
-from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions
+from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, parse_id_list
 from intel_device_plugins.plugins.gpu.dra import GpuDriverProfile
 
 PROGRAM = "intel_gpu_dra_driver"
