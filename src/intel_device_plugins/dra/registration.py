@@ -60,7 +60,7 @@ def registrar_socket_name(registry_dir: Path, driver: str, instance_uid: str) ->
     ``dra-<hash(driver, uid)>-reg.sock`` whose full path fits a socket address (the Go helper's order)."""
     if not instance_uid:
         return f"{driver}-reg.sock"
-    candidates = (
+    candidates: tuple[Callable[[], str], ...] = (
         lambda: f"{driver}-{instance_uid}-reg.sock",
         lambda: f"{driver}-{_hash(instance_uid, _UID_HASH_BYTES)}-reg.sock",
         lambda: f"dra-{_hash(driver + chr(0) + instance_uid, _DRIVER_UID_HASH_BYTES)}-reg.sock",

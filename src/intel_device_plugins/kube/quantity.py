@@ -39,5 +39,5 @@ def parse_quantity(text: str) -> int:
         numerator *= 10**power
     else:
         denominator *= 10**-power
-    value = -(-numerator // denominator)  # rounded up, as Kubernetes rounds
+    value: int = -(-numerator // denominator)  # rounded up, as Kubernetes rounds
     return -value if sign == "-" else value

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from intel_device_plugins.deviceplugin.cli import framework_config
-from intel_device_plugins.plugins.gpu.cli import build_parser, build_plugins, main, parse_id_list
-from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode
+from intel_device_plugins.plugins.gpu.cli import build_parser, build_plugins, main
+from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode, parse_id_list
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
 
