@@ -16,7 +16,6 @@ the HTTP status and the API's own message.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ MAX_CONFIG_BYTES: Final = 1 << 20
 TOKEN_REREAD_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 30.0
 MAX_IDLE_CONNECTIONS: Final = 2
+CLOSE_WAIT_S: Final = 1.0
 IDLE_CLOSE_S: Final = 10.0
 """Kept-alive connections unused this long are closed: each holds asyncio's 256 KiB TLS read buffer,
 and a node agent that is idle makes no call for minutes (its watch has a connection of its own)."""
@@ -317,12 +317,17 @@ class _Connection:
         """Whether any byte of an answer arrived (a request that got none may be sent again)."""
 
     async def close(self) -> None:
+        """Close, waiting a moment for TLS's goodbye; a peer that does not answer it is cut off."""
         self.reusable = False
         self.writer.close()
-        with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
+        try:
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await self.writer.wait_closed()
+        except Exception:
+            self.writer.transport.abort()
 
     async def send(self, request: bytes) -> None:
+        self.answered = False
         self.writer.write(request)
         await self.writer.drain()
 
@@ -332,13 +337,13 @@ class _Connection:
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not _STATUS.match(parts[1]):
             raise ProtocolError(f"not an HTTP/1.1 status line: {line[:80]!r}")
         headers: dict[str, str] = {}
-        size = len(line)
+        size, count = len(line), 0
         while True:
             line = await self._line()
             if not line:
                 break
-            size += len(line)
-            if size > MAX_HEADER_BYTES or len(headers) >= MAX_HEADERS:
+            size, count = size + len(line), count + 1
+            if size > MAX_HEADER_BYTES or count > MAX_HEADERS:
                 raise ProtocolError(f"headers beyond {MAX_HEADER_BYTES} bytes or {MAX_HEADERS} fields")
             name, colon, value = line.partition(":")
             if not colon or not name or name != name.strip():
@@ -437,8 +442,10 @@ class RestClient:
         field_manager: str = "",
         timeout_s: float = REQUEST_TIMEOUT_S,
         context: ssl.SSLContext | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self._config = config
+        self._max_body = max_body_bytes
         self._ssl = context or tls_context(config)
         self._field_manager = field_manager
         self._timeout_s = timeout_s
@@ -485,12 +492,14 @@ class RestClient:
         request = self._request(method, target, body)
         async with asyncio.timeout(self._timeout_s):
             for attempt in (0, 1):
+                while self._idle and self._idle[-1].reader.at_eof():  # closed by the server meanwhile
+                    self._idle.pop().writer.close()
                 reused = bool(self._idle)
                 connection = self._idle.pop() if reused else await self._connect()
                 try:
                     await connection.send(request)
                     head = await connection.head()
-                    data = await connection.body(head)
+                    data = await connection.body(head, self._max_body)
                 except (ConnectionError, asyncio.IncompleteReadError):
                     await connection.close()
                     # A kept-alive connection the server closed meanwhile: try once on a new one.
@@ -591,10 +600,10 @@ class RestClient:
                 await connection.send(self._request("GET", target, None))
                 head = await connection.head()
                 if head.status >= 300:
-                    raise _api_error(head, await connection.body(head))
+                    raise _api_error(head, await connection.body(head, self._max_body))
             pending = bytearray()
             # No byte for the watch's own timeout and a margin: the server or the path to it is gone.
-            chunks = connection.stream(head).__aiter__()
+            chunks = connection.stream(head, self._max_body).__aiter__()
             while True:
                 try:
                     data = await asyncio.wait_for(chunks.__anext__(), timeout_s + self._timeout_s)
@@ -606,8 +615,8 @@ class RestClient:
                     del pending[: end + 1]
                     if line.strip():
                         yield _event(line)
-                if len(pending) > MAX_BODY_BYTES:
-                    raise ProtocolError(f"a watch event of more than {MAX_BODY_BYTES} bytes")
+                if len(pending) > self._max_body:
+                    raise ProtocolError(f"a watch event of more than {self._max_body} bytes")
         finally:
             await connection.close()
 
