@@ -21,24 +21,21 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 import grpc.aio
 
 from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_document
 from intel_device_plugins.deviceplugin.model import Health
-from intel_device_plugins.dra.api import dra_health_v1_pb2 as health_v1
-from intel_device_plugins.dra.api import dra_health_v1_pb2_grpc as health_v1_grpc
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as health_v1alpha1
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2_grpc as health_v1alpha1_grpc
-from intel_device_plugins.dra.api import dra_v1_pb2 as pb
-from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError
 from intel_device_plugins.dra.claims import ClaimError, allocated_devices, check_claim_uid
 from intel_device_plugins.dra.model import ClaimRef, HealthState, Inventory, PreparedClaim
 from intel_device_plugins.dra.prepare import files_to_remove, plan_prepare
 from intel_device_plugins.dra.profile import ClaimPreparationError, DriverProfile
+from intel_device_plugins.dra.wire import DeviceAnswer, claims_request, empty, health_response
+from intel_device_plugins.dra.wire import prepare_response as encode_prepare_response
+from intel_device_plugins.dra.wire import unprepare_response as encode_unprepare_response
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +50,9 @@ GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
 """``await get_claim(namespace, name)``: the ResourceClaim as the API server returns it."""
 
 
-class _HealthModule(Protocol):
-    """What the v1 and v1alpha1 health modules have in common (identical messages, two packages)."""
-
-    UNKNOWN: Any
-    HEALTHY: Any
-    UNHEALTHY: Any
-    DeviceIdentifier: Any
-    DeviceHealth: Any
-    NodeWatchResourcesResponse: Any
+DRA_SERVICE = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+"""The health stream in both packages, for 1.37 and 1.36 kubelets (the messages are identical)."""
 
 
 def health_report(inventory: Inventory) -> tuple[tuple[str, HealthState, str], ...]:
@@ -209,47 +200,46 @@ class KubeletService:
         return outcomes
 
     # ----- gRPC: v1.DRAPlugin --------------------------------------------------------------------
+    # Requests arrive decoded by dra.wire, answers leave as its bytes: protobuf's runtime is not loaded.
 
     @staticmethod
-    async def _refs(
-        claims: Sequence[pb.Claim], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> list[ClaimRef]:
+    async def _refs(claims: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]) -> list[ClaimRef]:
         if len(claims) > MAX_CLAIMS_PER_CALL:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"{len(claims)} claims in one call, over {MAX_CLAIMS_PER_CALL}",
             )
-        return [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+        return claims
 
     async def NodePrepareResources(
-        self, request: pb.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.NodePrepareResourcesResponse:
-        refs = await self._refs(request.claims, context)
-        response = pb.NodePrepareResourcesResponse()
+        self, request: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> bytes:
+        refs = await self._refs(request, context)
+        answers: dict[str, Sequence[DeviceAnswer] | str] = {}
         for uid, outcome in (await self.prepare(refs)).items():
-            entry = response.claims[uid]
             if isinstance(outcome, BaseException):
-                entry.error = _claim_error_text(outcome)
+                answers[uid] = _claim_error_text(outcome)
                 continue
-            for device in outcome.devices:
-                answer = entry.devices.add(
-                    request_names=device.requests,
+            answers[uid] = [
+                DeviceAnswer(
+                    request_names=tuple(device.requests),
                     pool_name=device.pool,
                     device_name=device.device,
-                    cdi_device_ids=device.cdi_device_ids,
+                    cdi_device_ids=tuple(device.cdi_device_ids),
+                    share_id=device.share_id,
                 )
-                if device.share_id is not None:
-                    answer.share_id = device.share_id
-        return response
+                for device in outcome.devices
+            ]
+        return encode_prepare_response(answers)
 
     async def NodeUnprepareResources(
-        self, request: pb.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.NodeUnprepareResourcesResponse:
-        refs = await self._refs(request.claims, context)
-        response = pb.NodeUnprepareResourcesResponse()
-        for uid, outcome in self.unprepare(refs).items():
-            response.claims[uid].error = "" if outcome is None else _claim_error_text(outcome)
-        return response
+        self, request: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> bytes:
+        refs = await self._refs(request, context)
+        outcomes = self.unprepare(refs).items()
+        return encode_unprepare_response(
+            {uid: "" if outcome is None else _claim_error_text(outcome) for uid, outcome in outcomes}
+        )
 
     # ----- health --------------------------------------------------------------------------------
 
@@ -265,74 +255,35 @@ class KubeletService:
         changed, self._health_changed = self._health_changed, asyncio.Event()
         changed.set()
 
-    def _health_message(self, module: _HealthModule) -> Any:
-        now = int(time.time())
-        states = {
-            HealthState.HEALTHY: module.HEALTHY,
-            HealthState.UNHEALTHY: module.UNHEALTHY,
-            HealthState.UNKNOWN: module.UNKNOWN,
-        }
-        return module.NodeWatchResourcesResponse(
-            devices=[
-                module.DeviceHealth(
-                    device=module.DeviceIdentifier(pool_name=self.node_name, device_name=name),
-                    health=states[state],
-                    last_updated_time=now,
-                    message=message,
-                )
-                for name, state, message in self._health
-            ]
-        )
+    def _health_message(self) -> bytes:
+        return health_response(self.node_name, self._health, int(time.time()))
 
-    async def health_stream(self, module: _HealthModule) -> AsyncIterator[Any]:
-        """The stream's messages in ``module``'s types: now, on every change, and periodically."""
+    async def health_stream(self) -> AsyncIterator[bytes]:
+        """The stream's messages, encoded: now, on every change, and periodically."""
         while True:
             changed = self._health_changed
-            yield self._health_message(module)
+            yield self._health_message()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self._resend)
 
+    async def _watch(
+        self, request: None, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        async for message in self.health_stream():
+            yield message
+
     def add_to_server(self, server: grpc.aio.Server) -> None:
         """Register ``v1.DRAPlugin``, ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth``."""
-        pb_grpc.add_DRAPluginServicer_to_server(_DraPlugin(self), server)
-        health_v1_grpc.add_DRAResourceHealthServicer_to_server(_HealthV1(self), server)
-        health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(_HealthV1alpha1(self), server)
-
-
-class _DraPlugin(pb_grpc.DRAPluginServicer):
-    def __init__(self, service: KubeletService) -> None:
-        self._service = service
-
-    async def NodePrepareResources(
-        self, request: pb.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.NodePrepareResourcesResponse:
-        return await self._service.NodePrepareResources(request, context)
-
-    async def NodeUnprepareResources(
-        self, request: pb.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.NodeUnprepareResourcesResponse:
-        return await self._service.NodeUnprepareResources(request, context)
-
-
-class _HealthV1(health_v1_grpc.DRAResourceHealthServicer):
-    def __init__(self, service: KubeletService) -> None:
-        self._service = service
-
-    async def NodeWatchResources(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        async for message in self._service.health_stream(health_v1):
-            yield message
-
-
-class _HealthV1alpha1(health_v1alpha1_grpc.DRAResourceHealthServicer):
-    """The same stream in the older package, for 1.36 kubelets (the messages are identical)."""
-
-    def __init__(self, service: KubeletService) -> None:
-        self._service = service
-
-    async def NodeWatchResources(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        async for message in self._service.health_stream(health_v1alpha1):
-            yield message
+        plugin = {
+            "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
+                self.NodePrepareResources, request_deserializer=claims_request
+            ),
+            "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
+                self.NodeUnprepareResources, request_deserializer=claims_request
+            ),
+        }
+        handlers = [grpc.method_handlers_generic_handler(DRA_SERVICE, plugin)]
+        for service in HEALTH_SERVICES:
+            watch = grpc.unary_stream_rpc_method_handler(self._watch, request_deserializer=empty)
+            handlers.append(grpc.method_handlers_generic_handler(service, {"NodeWatchResources": watch}))
+        server.add_generic_rpc_handlers(handlers)

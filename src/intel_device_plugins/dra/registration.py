@@ -26,8 +26,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
+from intel_device_plugins.dra.wire import empty, plugin_info, registration_status
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +126,13 @@ class RegistrationStatus:
     error: str = ""
 
 
-class RegistrationService(reg_grpc.RegistrationServicer):
+REGISTRATION_SERVICE = "pluginregistration.Registration"
+
+
+class RegistrationService:
     """``GetInfo`` names the driver and its endpoint; ``NotifyRegistrationStatus`` is recorded and
-    logged, and ``on_status`` (if given) hears it, so the driver can tell when the kubelet took it."""
+    logged, and ``on_status`` (if given) hears it, so the driver can tell when the kubelet took it.
+    Messages are encoded by :mod:`intel_device_plugins.dra.wire` (no protobuf runtime)."""
 
     def __init__(
         self,
@@ -144,20 +147,14 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         self.statuses: list[RegistrationStatus] = []
         self._on_status = on_status
 
-    async def GetInfo(
-        self, request: reg_pb.InfoRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> reg_pb.PluginInfo:
-        return reg_pb.PluginInfo(
-            type=PLUGIN_TYPE,
-            name=self.driver,
-            endpoint=os.fspath(self.endpoint),
-            supported_versions=list(self.supported_services),
-        )
+    async def GetInfo(self, request: None, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        return plugin_info(PLUGIN_TYPE, self.driver, os.fspath(self.endpoint), self.supported_services)
 
     async def NotifyRegistrationStatus(
-        self, request: reg_pb.RegistrationStatus, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> reg_pb.RegistrationStatusResponse:
-        status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
+        self, request: tuple[bool, str], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> bytes:
+        registered, error = request
+        status = RegistrationStatus(registered=registered, error=error)
         # The kubelet calls this once per registration; keeping the last few is enough to diagnose.
         self.statuses = [*self.statuses[-9:], status]
         if status.registered:
@@ -166,7 +163,16 @@ class RegistrationService(reg_grpc.RegistrationServicer):
             log.error("kubelet refused DRA driver %s: %s", self.driver, status.error)
         if self._on_status is not None:
             self._on_status(status)
-        return reg_pb.RegistrationStatusResponse()
+        return b""  # RegistrationStatusResponse has no fields
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        methods = {
+            "GetInfo": grpc.unary_unary_rpc_method_handler(self.GetInfo, request_deserializer=empty),
+            "NotifyRegistrationStatus": grpc.unary_unary_rpc_method_handler(
+                self.NotifyRegistrationStatus, request_deserializer=registration_status
+            ),
+        }
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(REGISTRATION_SERVICE, methods)])
 
 
 def _remove_socket(path: Path) -> None:
@@ -210,7 +216,7 @@ class DriverSockets:
                     self.paths.registrar,
                     await _serve(
                         self.paths.registrar,
-                        lambda server: reg_grpc.add_RegistrationServicer_to_server(self.registration, server),
+                        self.registration.add_to_server,
                     ),
                 )
             )
