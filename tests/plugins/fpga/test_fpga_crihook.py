@@ -334,7 +334,7 @@ def test_non_port_devices_are_ignored_and_no_port_is_an_error(node: Node) -> Non
         {"path": f"/dev/{node.cards[0].fme}"},
     ]
     state = node.write_config([f"FPGA_REGION_1={IFACE}", f"FPGA_AFU_1={NLB0}"], [], extra)
-    with pytest.raises(HookError, match="region .* the container has no FPGA port"):
+    with pytest.raises(HookError, match=r"region .* the container has no FPGA port"):
         crihook.run_hook(state, node.root, fme.SimulatedFme(node.root))
 
 
