@@ -162,8 +162,9 @@ def requested_afu(result: AllocatedDevice) -> str:
 
 
 FPGA_DEVICE_CLASSES = (DeviceClassSpec(NAMESPACE, NAMESPACE),)
-"""AF resource names encode bitstream IDs that only the cluster's users know, so there is one class;
-claims select by ``interfaceId``/``afuId``."""
+"""AF resource names encode bitstream IDs that only the cluster's objects know, so the driver ships one
+class; claims select by ``interfaceId``/``afuId``, and the classes serving the plugin's names are made
+from the AcceleratorFunctions and FpgaRegions (``webhooks/fpgaclasses.py``)."""
 
 
 @dataclass
