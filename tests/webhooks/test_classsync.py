@@ -8,10 +8,12 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from lightkube import AsyncClient
 
+from intel_device_plugins.webhooks import cli
 from intel_device_plugins.webhooks.classsync import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -171,3 +173,13 @@ async def test_the_shell_waits_for_both_listings_then_follows_the_objects() -> N
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def test_the_flag_is_opt_in_go_style_and_fpga_only() -> None:
+    fpga = cli.parser(cli.FPGA_PROGRAM)
+    assert fpga.parse_args([]).manage_deviceclasses is False
+    for spelling in (["-manage-deviceclasses"], ["--manage-deviceclasses"], ["-manage-deviceclasses=true"]):
+        assert fpga.parse_args(spelling).manage_deviceclasses is True, spelling
+    assert fpga.parse_args(["--manage-deviceclasses=false"]).manage_deviceclasses is False
+    with pytest.raises(SystemExit):
+        cli.parser("intel_sgx_admissionwebhook").parse_args(["--manage-deviceclasses"])
