@@ -240,6 +240,16 @@ def remove_vfs(tree: FakeTree, pf: SimulatedPf) -> None:
     tree.write(f"{pf_sysfs}/sriov_numvfs", "0\n")
 
 
+def remove_pf(tree: FakeTree, pf: SimulatedPf) -> None:
+    """Hot-unplug a PF: its VFs go first (as :func:`remove_vfs`), then its debugfs entries and the
+    function itself, with the kernel's events."""
+    remove_vfs(tree, pf)
+    tree.remove(f"/sys/kernel/debug/qat_{pf.driver}_{pf.address}")
+    pf_sysfs = tree.remove_pci_function(pf.address)
+    tree.uevent("unbind", pf_sysfs, "pci", PCI_SLOT_NAME=pf.address)
+    tree.uevent("remove", pf_sysfs, "pci", PCI_SLOT_NAME=pf.address)
+
+
 def add_guest_vfs(
     tree: FakeTree, *, generation: str, vfs: int, numa_node: int, vf_driver: str, iommu: str
 ) -> list[str]:

@@ -35,7 +35,14 @@ from k8stest.node.config import (
     kubelet_configuration,
 )
 from k8stest.node.controlplane import egress_socket, proxy_credentials
-from k8stest.node.trees import SIM_DEVICE_MAJOR, build_dev, make_char_device, merge_sysfs, renumber_char_links
+from k8stest.node.trees import (
+    SIM_DEVICE_MAJOR,
+    build_dev,
+    make_char_device,
+    merge_sysfs,
+    renumber_char_links,
+    replace_with_char_device,
+)
 from k8stest.ociimage import PAUSE_IMAGE, busybox_images, localize_archive, localized_index, write_oci_archive
 from k8stest.process import ManagedProcess, free_port
 
@@ -136,12 +143,13 @@ class RealNode:
             and os.major(p.lstat().st_rdev) == SIM_DEVICE_MAJOR
         }
         made = []
+        staging = self.workdir / "dev-staging"
         for path in sorted(self.dev_dir.rglob("*")):
             if path.is_symlink() or not path.is_file():
                 continue
             minor = max(minors, default=-1) + 1
             minors.add(minor)
-            made.append(make_char_device(path, minor))
+            made.append(replace_with_char_device(path, minor, self.dev_dir / "char", staging))
         renumber_char_links(self.dev_dir / "char")
         return made
 
