@@ -363,14 +363,22 @@ def add_kernel_device(
     tree.write(f"/etc/{generation}_dev{inst}.conf", config or str(KERNEL_DEFAULTS["config"]))
     lines.append(_status_line(inst, generation, address, numa_node, state))
     tree.write("/var/lib/sim-qat/adf_ctl_status", "\n".join(lines) + "\n")
-    script = tree.write(
-        ADF_CTL,
-        "#!/bin/sh\n"
-        f"echo 'There is {len(lines)} QAT acceleration device(s) in the system:'\n"
-        f"cat '{lines_file}'\n",
-    )
+    script = tree.write(ADF_CTL, adf_ctl_script(lines))
     script.chmod(0o755)
     return inst
+
+
+def adf_ctl_script(status_lines: Sequence[str]) -> str:
+    """A shell script printing what ``adf_ctl status`` prints for devices ``status_lines``. It holds
+    the lines itself, so it runs wherever it is copied or mounted (a driver's container on a real
+    node sees no simulated tree)."""
+    for line in status_lines:
+        if "'" in line or "\n" in line:
+            raise ValueError(f"adf_ctl status line {line!r} cannot be quoted")
+    shown = "".join(f"echo '{line}'\n" for line in status_lines)
+    return (
+        f"#!/bin/sh\necho 'There is {len(status_lines)} QAT acceleration device(s) in the system:'\n{shown}"
+    )
 
 
 def build_kernel(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
