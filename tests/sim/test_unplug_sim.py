@@ -72,3 +72,13 @@ def test_an_unplugged_fpga_card_takes_its_char_links(tmp_path: Path) -> None:
 
     assert not os.listdir(tree.path("/dev/char")), "links to the card's nodes are left"
     assert not tree.path(f"/sys/dev/char/{number}").is_symlink()
+
+
+def test_a_pf_plugged_beside_another_keeps_the_vfio_container_node(tmp_path: Path) -> None:
+    """``/dev/vfio/vfio`` is made once: on a real node it is a character device, which opening for
+    writing would fail on (no driver behind it) and which must stay what it is."""
+    tree = FakeTree(tmp_path)
+    qat.add_pf(tree, vfs=1)
+    tree.path("/dev/vfio/vfio").write_text("the node's own")
+    qat.add_pf(tree, vfs=1)
+    assert tree.path("/dev/vfio/vfio").read_text() == "the node's own"

@@ -104,7 +104,8 @@ def attach_driver(tree: FakeTree, address: str, driver: str) -> None:
     load_driver(tree, driver)
     tree.bind(address, sysfs, driver)
     if driver == "vfio-pci":
-        tree.device_node("/dev/vfio/vfio")
+        if not tree.path("/dev/vfio/vfio").exists():  # on a real node it is a character device
+            tree.device_node("/dev/vfio/vfio")
         group = vfio_node_name(tree, sysfs)
         tree.device_node(f"/dev/vfio/{group}")
         tree.uevent("add", f"/sys/devices/virtual/vfio/{group}", "vfio", DEVNAME=f"vfio/{group}")

@@ -37,6 +37,7 @@ from k8stest.node.config import (
 from k8stest.node.controlplane import egress_socket, proxy_credentials
 from k8stest.node.trees import (
     SIM_DEVICE_MAJOR,
+    Bind,
     build_dev,
     make_char_device,
     merge_sysfs,
@@ -230,9 +231,10 @@ def start_real_node(
     """Prepare the node's trees, start it in its namespaces and wait until the Node is Ready.
 
     ``sim_root`` is a simulated node (``sim.node.build_node``'s root with ``sys/`` and ``dev/``);
-    its devices appear at /sys and /dev inside the node. ``images`` are OCI archives imported before
-    the kubelet starts; one of them must hold ``pause_image``, which containerd needs for the
-    first pod (nothing is ever pulled).
+    its devices appear at /sys and /dev inside the node, its ``etc/`` files in the node's /etc and
+    its ``usr/local/bin`` (when it has one) as the node's /usr/local/bin. ``images`` are OCI
+    archives imported before the kubelet starts; one of them must hold ``pause_image``, which
+    containerd needs for the first pod (nothing is ever pulled).
     """
     cfg = config or NodeConfig()
     t0 = time.monotonic()
@@ -251,6 +253,14 @@ def start_real_node(
     if sim_root is not None and (sim_root / "sys").is_dir():
         shutil.copytree(sim_root / "sys", layout.sys_dir, symlinks=True)
     sys_binds = merge_sysfs(layout.sys_dir, Path("/sys"))
+    # Host software the simulation stands in for: its /etc files (e.g. QAT's <type>_dev<N>.conf) join the
+    # node's /etc overlay, and its /usr/local/bin (QAT's adf_ctl) replaces the machine's inside the node.
+    if sim_root is not None and (sim_root / "etc").is_dir():
+        shutil.copytree(sim_root / "etc", etc_upper, symlinks=True, dirs_exist_ok=True)
+    local_bin = sim_root / "usr" / "local" / "bin" if sim_root is not None else None
+    extra_binds = (
+        [Bind(str(local_bin), "/usr/local/bin")] if local_bin is not None and local_bin.is_dir() else []
+    )
     dev_binds = build_dev(layout.dev_dir, sim_root / "dev" if sim_root is not None else None)
 
     # Identity, configuration files
@@ -333,6 +343,7 @@ def start_real_node(
             {"kind": "tmpfs", "target": "/var/lib"},
             {"kind": "bind", "source": str(layout.opt_dir), "target": "/opt"},
             {"kind": "bind", "source": str(layout.srv_dir), "target": "/srv"},
+            *({"kind": "bind", "source": b.source, "target": b.target} for b in extra_binds),
             {"kind": "mkdir", "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.kubelet_dir), "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.log_dir), "target": "/var/log"},
