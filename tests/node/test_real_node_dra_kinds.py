@@ -486,6 +486,10 @@ def _running_claims(
     return claims
 
 
+def _bound(client: KubeClient, name: str) -> bool:
+    return bool(client.get(f"{PODS}/{name}")["spec"].get("nodeName") == NODE)
+
+
 def _held(node: RealNode, claims: Mapping[str, JSON]) -> list[str]:
     """What is wrong with the claims' CDI spec and checkpoint entry (one each while a pod runs)."""
     problems = []
@@ -537,7 +541,7 @@ def test_every_driver_killed_during_prepare_and_restarted_after_it_leaks_nothing
                     wait_claim_allocated(client, "default", name, "dev")
                     wait_for(
                         f"pod {name} bound to the node",
-                        partial(lambda n: client.get(f"{PODS}/{n}")["spec"].get("nodeName") == NODE, name),
+                        partial(_bound, client, name),
                         timeout=30,
                     )
                 time.sleep(
