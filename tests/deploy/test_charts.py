@@ -48,8 +48,12 @@ def _objects(text: str) -> dict[tuple[str, str], Obj]:
     return out
 
 
-def _template(helm: Path, chart: Path, *sets: str, namespace: str = NAMESPACE) -> dict[tuple[str, str], Obj]:
+def _template(
+    helm: Path, chart: Path, *sets: str, namespace: str = NAMESPACE, values: Path | None = None
+) -> dict[tuple[str, str], Obj]:
     args: list[str | Path] = [helm, "template", "idp", chart, "--namespace", namespace, "--include-crds"]
+    if values is not None:
+        args += ["--values", values]
     for s in sets:
         args += ["--set", s]
     return _objects(_run(args))
@@ -332,6 +336,39 @@ def test_dra_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path, kin
         assert classes
         alone = _kustomize(kubectl, DRA / kind / "deviceclasses")
         assert _diff(_dra_template(helm, kind, "createNamespace=true"), without | alone) == []
+
+
+QAT_KERNEL = DRA / "qat" / "kernel"
+QAT_KERNEL_VALUES = DRA_CHART / "values-qat-kernel.yaml"
+
+
+def test_qat_kernel_mode_install_is_the_same_from_kustomize_and_helm(helm: Path, kubectl: Path) -> None:
+    """deploy/dra/qat/kernel and the chart with values-qat-kernel.yaml: the same objects; the driver runs
+    in kernel mode with none of DPDK mode's flags, writes only the shared directories, reads the host's
+    /etc (away from its own) and adf_ctl, and ships kernel mode's classes instead of DPDK mode's."""
+    kustomized = _kustomize(kubectl, QAT_KERNEL)
+    name, daemonset = _dra_names("qat")
+    helm_objs = _template(helm, DRA_CHART, "createNamespace=true", namespace=name, values=QAT_KERNEL_VALUES)
+    assert _diff(helm_objs, kustomized) == []
+    (container,) = kustomized[daemonset]["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("-mode") + 1] == "kernel" and args[args.index("-config-dir") + 1] == "/host/etc"
+    assert not {"-dpdk-driver", "-kernel-vf-drivers", "-max-num-devices"} & set(args), args
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"}
+    read_only = {m["mountPath"] for m in container["volumeMounts"] if m.get("readOnly")}
+    assert read_only == {"/sys", "/dev", "/host/etc", "/usr/local/bin/adf_ctl"}
+    volumes = {v["name"]: v["hostPath"] for v in kustomized[daemonset]["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert volumes[mounts["/host/etc"]] == {"path": "/etc", "type": "Directory"}
+    assert volumes[mounts["/usr/local/bin/adf_ctl"]] == {"path": "/usr/local/bin/adf_ctl", "type": "File"}
+    classes = {k[1] for k in kustomized if k[0] == "DeviceClass"}
+    assert classes == {
+        c["metadata"]["name"] for c in _kustomize(kubectl, QAT_KERNEL / "deviceclasses").values()
+    }
+    assert "cy1-dc0.qat.intel.com" in classes and "cy.qat.intel.com" not in classes
+    # The DPDK install is unchanged by the kernel variant's values.
+    assert _diff(_dra_template(helm, "qat", "createNamespace=true"), _kustomize(kubectl, DRA / "qat")) == []
 
 
 def test_gpu_dra_install_has_its_classes(kubectl: Path) -> None:

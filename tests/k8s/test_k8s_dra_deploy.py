@@ -195,6 +195,19 @@ def test_each_driver_writes_only_its_own_nodes_slices(
         assert "ResourceSlices of no node" in denied(
             lambda: driver.create(SLICES, kind_slice(f"everywhere-{install}", None))
         )
+        # Only its own driver name(s), even on its own node: every kind's for the operator's one identity.
+        own_drivers = [f"{k}.intel.com" for k in KINDS] if install == "operator" else [kind_driver]
+        foreign = (
+            "gpu.example.com"
+            if install == "operator"
+            else ("npu" if install == "gpu" else "gpu") + ".intel.com"
+        )
+        assert f"may not write the ResourceSlices of driver '{foreign}'" in denied(
+            lambda: driver.create(SLICES, slice_for(f"foreign-{install}", node_a, driver=foreign))
+        )
+        for i, name in enumerate(own_drivers):
+            driver.create(SLICES, slice_for(f"mine-{install}-{i}", node_a, driver=name))
+            driver.delete(f"{SLICES}/mine-{install}-{i}")
 
         own_name, own2, other_name = f"own-a-{install}", f"own-a2-{install}", f"other-b-{install}"
         own = driver.create(SLICES, kind_slice(own_name, node_a))

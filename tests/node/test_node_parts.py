@@ -6,6 +6,8 @@ import gzip
 import hashlib
 import io
 import json
+import os
+import stat
 import tarfile
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from k8stest.node import (
 )
 from k8stest.node.plugins import plugin_identity, sample_daemonset
 from k8stest.node.runtime import bundle_dir, with_node_sysfs
+from k8stest.node.trees import SIM_DEVICE_MAJOR, replace_with_char_device
 from k8stest.ociimage import (
     PAUSE_IMAGE,
     WORKLOAD_IMAGE,
@@ -198,6 +201,24 @@ def test_char_links_are_named_after_the_device_they_lead_to(tmp_path: Path) -> N
     renumber_char_links(char)
     assert sorted(p.name for p in char.iterdir()) == ["1:3", "238:1", "5:0"]
     assert (char / "1:3").readlink() == Path("/dev/null")
+
+
+def test_a_plain_node_becomes_a_char_device_with_its_link_renamed_before_it_appears(tmp_path: Path) -> None:
+    """The node replaces the plain file in one rename, its udev link already carrying the new
+    numbers: a driver woken by the rename never sees a node whose link names other numbers."""
+    dev = tmp_path / "dev"
+    (dev / "dsa").mkdir(parents=True)
+    (dev / "char").mkdir()
+    node = dev / "dsa" / "wq2.0"
+    node.write_text("")
+    (dev / "char" / "238:128").symlink_to("../dsa/wq2.0")
+    (dev / "char" / "238:0").symlink_to("../dsa/wq0.0")  # another node's: left alone
+    replace_with_char_device(node, 7, dev / "char", tmp_path / "staging")
+    assert stat.S_ISCHR(node.lstat().st_mode)
+    assert (os.major(node.lstat().st_rdev), os.minor(node.lstat().st_rdev)) == (SIM_DEVICE_MAJOR, 7)
+    assert sorted(p.name for p in (dev / "char").iterdir()) == ["238:0", f"{SIM_DEVICE_MAJOR}:7"]
+    assert os.readlink(dev / "char" / f"{SIM_DEVICE_MAJOR}:7") == "../dsa/wq2.0"
+    assert not list((tmp_path / "staging").iterdir())
 
 
 def test_capability_bits_are_read_from_proc_status() -> None:

@@ -18,8 +18,16 @@ it, runs that kind's driver there, and no device plugin serves the node. The sce
    ``QAT1=<address>`` in the container's environment.
 6. FPGA region mode: a claim's opaque configuration ``{"afuId": ...}`` names the function; the
    CRI hook programs the region before the container starts.
-7. The DSA driver restarted and the kubelet restarted while a pod holds a claim: the pod keeps
-   running, the driver publishes again, and once the pod is gone nothing is left.
+7. Every kind's driver killed during prepare and restarted after it, and the kubelet restarted,
+   while pods hold a claim of each kind: the pods keep running, the drivers publish again, and once
+   the pods are gone nothing is left (CDI specs, checkpoint entries). One device of every kind that
+   can be hot-plugged (all but SGX) is published when plugged, serves a claim selecting it, and is
+   withdrawn when unplugged under its pod. The kinds go through each scenario together, so the
+   node's one kubelet restart and one retry of the kubelet's prepare serve them all; every failure
+   names the kind.
+8. QAT in kernel mode (``deploy/dra/qat/kernel``, last: it replaces the DPDK-mode driver): a claim
+   of the class ``cy1-dc0.qat.intel.com`` gets its section's ``QAT_SECTION_NAME*`` and the
+   driver's nodes; ``qat.intel.com/cy0_dc1: 1`` without a claim is served by DRA.
 
 Every failure message names what is missing. Needs the node image from ``make images`` with the
 drivers in it.
@@ -27,8 +35,12 @@ drivers in it.
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Iterator
+import signal
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -36,10 +48,8 @@ import pytest
 from intel_device_plugins.plugins.fpga.bitstream.build import install_simulated_gbs
 from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH
 from intel_device_plugins.plugins.fpga.fme import simulated_payload
-from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB0_AFU, NLB3_AFU
 from intel_device_plugins.sim.node import build_node, parse_node_spec
-from intel_device_plugins.sim.npu import add_npu, remove_npu
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, KubeClient, wait_for
 from k8stest.node import NodeBinaries, NodeConfig, RealNode, pod_log, start_real_node
@@ -47,18 +57,22 @@ from k8stest.node.dra import (
     allocated_devices,
     claim_template,
     created,
+    events,
     leftovers,
     node_slices,
     published_devices,
+    wait_claim_allocated,
 )
 from k8stest.node.dradriver import DraDriver, driver_connections, install_dra_driver
 from k8stest.node.drakinds import (
+    HOT_PLUG,
     KINDS_NODE_NAME,
     KINDS_NODE_PROFILE,
     LIST_DEV,
     PODS,
     claim_pod,
     delete_pod_and_claims,
+    hot_plug,
     pod_claims,
     pod_devices,
     wait_phase,
@@ -380,37 +394,6 @@ def test_qat_extended_resource_without_a_claim_gets_one_vf(
         delete_pod_and_claims(client, node, name, DRIVERS)
 
 
-def test_hot_plugged_npu_is_published_served_and_withdrawn_when_unplugged(
-    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
-) -> None:
-    """An NPU hot-plugged into the node is published and serves a claim selecting it; unplugged under
-    the running pod it leaves the slices, and deleting the pod still leaves nothing of the claim."""
-    driver = drivers["npu"]
-    node = driver.node
-    tree = FakeTree(node.workdir)
-    npu = add_npu(tree)
-    node.realize_device_nodes()
-    plugged = True
-    selector = [f'device.attributes["resource.kubernetes.io"].pciBusID == "{npu.address}"']
-    name = "hot-npu"
-    with created(client, _templates(claim_template(name, "accel.npu.intel.com", selectors=selector))):
-        try:
-            published = driver.wait_published(client, {"accel0", npu.name}, timeout=60)
-            assert published[npu.name]["attributes"]["pciId"]["string"] == "0x7d1d", published[npu.name]
-            _, claim = _start(client, node, name, name)
-            assert allocated_devices(claim) == [f"{NODE}/{npu.name}"]
-            assert _extra_devices(node, name, baseline) == {f"accel/{npu.name}"}, f"devices in {name}"
-            remove_npu(tree, npu.name)
-            plugged = False
-            driver.wait_published(client, {"accel0"}, timeout=60)
-            assert wait_phase(client, node, name, ("Running",))["status"]["phase"] == "Running"
-        finally:
-            if plugged:
-                remove_npu(tree, npu.name)
-            delete_pod_and_claims(client, node, name, DRIVERS)
-    driver.wait_published(client, {"accel0"}, timeout=60)
-
-
 # ----- 6. FPGA region mode: programmed before the container starts -----------------------------
 
 FPGA_PORT_AFU_ID = "/sys/bus/platform/devices/dfl-port.0/afu_id"
@@ -462,57 +445,339 @@ def test_fpga_region_claim_programs_the_requested_function_before_the_container_
         bitstream.unlink()
 
 
-# ----- 7. restarts leak nothing ---------------------------------------------------------------------
+# ----- 7. restarts and hot-plug leak nothing, for every kind ---------------------------------------
+
+# Kind -> the class its claim asks for in the tests below; FPGA (region mode) also names the function
+# its port already runs, so the hook finds it programmed.
+HELD = {
+    "dsa": "wq-user-dedicated.dsa.intel.com",
+    "iaa": "wq-user-dedicated.iaa.intel.com",
+    "sgx": "enclave.sgx.intel.com",
+    "dlb": "pf.dlb.intel.com",
+    "npu": "accel.npu.intel.com",
+    "qat": "cy.qat.intel.com",
+    "fpga": FPGA,
+}
 
 
-def test_dsa_driver_and_kubelet_restart_leak_nothing(
-    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
-) -> None:
-    """A pod holds the dedicated queue while the DSA driver restarts and then the kubelet does: the
-    pod keeps running with its queue, the new driver keeps the claim's CDI spec and checkpoint
-    entry, the kubelet's start deletes the node's slices and the driver publishes them again; once
-    the pod is gone nothing of its claim is left and the queue serves a new pod."""
-    driver = drivers["dsa"]
-    node = driver.node
-    devices = KINDS["dsa"][1]
-    with created(client, _templates(claim_template("dsa-dedicated", "wq-user-dedicated.dsa.intel.com"))):
+def _held_template(kind: str, name: str, selectors: Sequence[str] = ()) -> JSON:
+    template = claim_template(name, HELD[kind], selectors=selectors)
+    if kind == "fpga":
+        template["spec"]["spec"]["devices"]["config"] = [
+            {"requests": ["device"], "opaque": {"driver": FPGA, "parameters": {"afuId": NLB0_AFU}}}
+        ]
+    return template
+
+
+def _create_pods(client: KubeClient, pods: Mapping[str, str], templates: Mapping[str, str]) -> None:
+    """Pod ``pods[kind]`` with one claim from template ``templates[kind]``, for every kind at once."""
+    for kind, name in pods.items():
+        client.create(PODS, claim_pod(name, NODE, {"dev": templates[kind]}))
+
+
+def _running_claims(
+    client: KubeClient, node: RealNode, pods: Mapping[str, str], timeout: float = 90
+) -> dict[str, JSON]:
+    """Kind -> the claim of its pod, once every pod runs (the failure names the pod, thus the kind)."""
+    claims = {}
+    for kind, name in pods.items():
+        wait_phase(client, node, name, ("Running",), timeout=timeout)
+        (claims[kind],) = pod_claims(client, name)
+    return claims
+
+
+def _bound(client: KubeClient, name: str) -> bool:
+    return bool(client.get(f"{PODS}/{name}")["spec"].get("nodeName") == NODE)
+
+
+def _held(node: RealNode, claims: Mapping[str, JSON]) -> list[str]:
+    """What is wrong with the claims' CDI spec and checkpoint entry (one each while a pod runs)."""
+    problems = []
+    for kind, claim in claims.items():
+        held = leftovers(node.layout, KINDS[kind][0], [str(claim["metadata"]["uid"])])
+        if len(held) != 2:
+            problems.append(f"{kind}: the running pod's claim has {held or 'nothing'} on the node")
+    return problems
+
+
+def _left(node: RealNode, kinds: Sequence[str]) -> list[str]:
+    return [f"{kind}: {item}" for kind in kinds for item in leftovers(node.layout, KINDS[kind][0])]
+
+
+def _delete_all(client: KubeClient, node: RealNode, pods: Mapping[str, str]) -> None:
+    """Delete every pod; each pod's wait names what its claim left, the first failure is raised
+    after all pods were deleted."""
+    failures = []
+    for name in pods.values():
         try:
-            _, claim = _start(client, node, "restarts", "dsa-dedicated")
-            uid = str(claim["metadata"]["uid"])
-            assert len(leftovers(node.layout, DSA, [uid])) == 2, "no CDI spec and checkpoint entry"
+            delete_pod_and_claims(client, node, name, DRIVERS)
+        except AssertionError as error:
+            failures.append(str(error))
+    assert not failures, "\n".join(failures)
 
-            old = driver.restart(client)
-            held = leftovers(node.layout, DSA, [uid])
-            assert len(held) == 2, f"after restarting {old}: {held}"
-            driver.wait_published(client, devices)
 
-            before = {s["metadata"]["uid"] for s in node_slices(client, NODE, DSA)}
-            count = driver_connections(node, DSA)
+def test_every_driver_killed_during_prepare_and_restarted_after_it_leaks_nothing(
+    drivers: dict[str, DraDriver], client: KubeClient
+) -> None:
+    """Every driver is frozen (SIGSTOP) before a pod with a claim of its kind is created, so the
+    kubelet's NodePrepareResources waits on it; then each is killed (SIGKILL, as a crash) and its
+    container restarted. The kubelet tries again at its next sync (10 s on this node) and every pod
+    runs. Then every driver's pod is deleted after prepare: the new instances keep each claim's CDI
+    spec and checkpoint entry and publish again, and once the pods are gone nothing is left."""
+    node = drivers["dsa"].node
+    pods = {kind: f"crash-{kind}" for kind in HELD}
+    templates = {kind: f"held-{kind}" for kind in HELD}
+    with created(client, _templates(*(_held_template(k, t) for k, t in templates.items()))):
+        try:
+            frozen = {kind: drivers[kind].process_ids() for kind in HELD}
+            assert all(frozen.values()), f"no driver process for {[k for k, p in frozen.items() if not p]}"
+            connections = {kind: driver_connections(node, KINDS[kind][0]) for kind in HELD}
+            try:
+                for pids in frozen.values():
+                    for pid in pids:
+                        os.kill(pid, signal.SIGSTOP)
+                _create_pods(client, pods, templates)
+                for name in pods.values():
+                    wait_claim_allocated(client, "default", name, "dev")
+                    wait_for(
+                        f"pod {name} bound to the node",
+                        partial(_bound, client, name),
+                        timeout=30,
+                    )
+                time.sleep(
+                    2
+                )  # the kubelet starts the pods within a fraction of that, and waits on the drivers
+                phases = {
+                    kind: client.get(f"{PODS}/{name}")["status"]["phase"] for kind, name in pods.items()
+                }
+                assert set(phases.values()) == {"Pending"}, f"pods ran with their driver frozen: {phases}"
+            finally:
+                for pids in frozen.values():
+                    for pid in pids:
+                        os.kill(pid, signal.SIGKILL)
+            claims = _running_claims(client, node, pods, timeout=150)
+            problems = []
+            for kind, name in pods.items():
+                reasons = {e.get("reason") for e in events(client, "default", name)}
+                if "FailedPrepareDynamicResources" not in reasons:
+                    problems.append(
+                        f"{kind}: the kubelet's prepare never failed; the driver was not killed during it"
+                    )
+                drivers[kind].wait_ready(client, connections_before=connections[kind])
+                if set(frozen[kind]) & set(drivers[kind].process_ids()):
+                    problems.append(f"{kind}: the killed driver process is still there")
+            problems += _held(node, claims)
+            assert not problems, "\n".join(problems)
+
+            restarted = {}
+            for kind in HELD:
+                before = driver_connections(node, KINDS[kind][0])
+                restarted[kind] = (drivers[kind].restart(client, wait=False), before)
+            for kind, (old, before) in restarted.items():
+                drivers[kind].wait_replaced(client, old, before)
+            problems = [f"after restarting the driver, {p}" for p in _held(node, claims)]
+            assert not problems, "\n".join(problems)
+            for kind in HELD:
+                drivers[kind].wait_published(client, KINDS[kind][1])
+            phases = {kind: client.get(f"{PODS}/{name}")["status"]["phase"] for kind, name in pods.items()}
+            assert set(phases.values()) == {"Running"}, f"pods after the drivers' restart: {phases}"
+        finally:
+            _delete_all(client, node, pods)
+    left = _left(node, list(HELD))
+    assert not left, f"left after the pods: {left}"
+
+
+def test_kubelet_restart_keeps_every_kinds_pod_and_every_driver_publishes_again(
+    drivers: dict[str, DraDriver], client: KubeClient
+) -> None:
+    """Pods hold a claim of every kind while the kubelet restarts: the pods keep running with their
+    devices, the kubelet's start deletes the node's slices and every driver, registered again,
+    publishes its own again; once the pods are gone nothing of their claims is left and every
+    driver serves a new pod."""
+    node = drivers["dsa"].node
+    pods = {kind: f"kubelet-{kind}" for kind in HELD}
+    again = {kind: f"after-{kind}" for kind in HELD}
+    templates = {kind: f"held-{kind}" for kind in HELD}
+    with created(client, _templates(*(_held_template(k, t) for k, t in templates.items()))):
+        try:
+            _create_pods(client, pods, templates)
+            claims = _running_claims(client, node, pods)
+            problems = _held(node, claims)
+            assert not problems, "\n".join(problems)
+            before = {
+                kind: {s["metadata"]["uid"] for s in node_slices(client, NODE, KINDS[kind][0])}
+                for kind in HELD
+            }
+            counts = {kind: driver_connections(node, KINDS[kind][0]) for kind in HELD}
             node.restart_kubelet()
-            driver.wait_ready(client, connections_before=count)
+            for kind in HELD:
+                drivers[kind].wait_ready(client, connections_before=counts[kind])
 
-            def republished() -> bool:
-                fresh = {s["metadata"]["uid"] for s in node_slices(client, NODE, DSA)}
-                return (
-                    bool(fresh)
-                    and not fresh & before
-                    and set(published_devices(client, NODE, DSA)) == devices
-                )
+            def stale() -> list[str]:
+                """The kinds whose slices are not yet the driver's new ones with every device."""
+                found = []
+                for kind, (driver, devices) in KINDS.items():
+                    fresh = {s["metadata"]["uid"] for s in node_slices(client, NODE, driver)}
+                    if (
+                        not fresh
+                        or fresh & before[kind]
+                        or set(published_devices(client, NODE, driver)) != devices
+                    ):
+                        found.append(kind)
+                return found
 
             try:
-                wait_for("the DSA slices deleted by the kubelet and published again", republished, timeout=90)
+                wait_for(
+                    "every driver's slices deleted by the kubelet and published again",
+                    lambda: not stale(),
+                    timeout=90,
+                )
             except TimeoutError as error:
-                raise AssertionError(f"{error}\n{driver.describe(client)}") from None
-            pod = client.get(f"{PODS}/restarts")
-            assert pod["status"]["phase"] == "Running", pod["status"]
-            assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, pod["status"]
-            assert leftovers(node.layout, DSA, [uid]), "the running pod's claim was unprepared"
+                raise AssertionError(f"{error}: not republished: {stale()}") from None
+            for kind, name in pods.items():
+                pod = client.get(f"{PODS}/{name}")
+                assert pod["status"]["phase"] == "Running", f"{kind}: {pod['status']}"
+                assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, f"{kind}: {pod['status']}"
+            problems = [f"after the kubelet's restart, {p}" for p in _held(node, claims)]
+            assert not problems, "\n".join(problems)
         finally:
-            delete_pod_and_claims(client, node, "restarts", DRIVERS)
-        assert not leftovers(node.layout, DSA), f"left after the pod: {leftovers(node.layout, DSA)}"
-        _, again = _start(client, node, "after-restarts", "dsa-dedicated")
+            _delete_all(client, node, pods)
+        left = _left(node, list(HELD))
+        assert not left, f"left after the pods: {left}"
         try:
-            assert allocated_devices(again) == [f"{NODE}/dsa0-wq0-0"]
-            assert _extra_devices(node, "after-restarts", baseline) == {"dsa/wq0.0", "char"}
+            _create_pods(client, again, templates)
+            served = _running_claims(client, node, again)
+            wrong = {
+                kind: allocated_devices(claim)
+                for kind, claim in served.items()
+                if [d.removeprefix(f"{NODE}/") for d in allocated_devices(claim)]
+                not in ([device] for device in KINDS[kind][1])
+            }
+            assert not wrong, f"claims after the restart got {wrong}"
         finally:
-            delete_pod_and_claims(client, node, "after-restarts", DRIVERS)
+            _delete_all(client, node, again)
+
+
+def test_hot_plugged_devices_are_published_served_and_withdrawn_under_their_pods(
+    drivers: dict[str, DraDriver], client: KubeClient, baseline: set[str]
+) -> None:
+    """One device of every kind that can be hot-plugged (``HOT_PLUG``: all but SGX) is plugged into
+    the node: each driver publishes it, and a claim selecting it by PCI address gets exactly its
+    device nodes. Unplugged under the running pods, each leaves its driver's slices; the pods keep
+    running, and deleting them leaves nothing of their claims."""
+    node = drivers["dsa"].node
+    plugged = hot_plug(node, sorted(HOT_PLUG))
+    present = {p.kind: p for p in plugged}
+    pods = {p.kind: f"hot-{p.kind}" for p in plugged}
+    try:
+        for p in plugged:
+            drivers[p.kind].wait_published(client, KINDS[p.kind][1] | {p.device}, timeout=60)
+        selected = {
+            p.kind: _held_template(
+                p.kind,
+                pods[p.kind],
+                [f'device.attributes["resource.kubernetes.io"].pciBusID == "{p.address}"'],
+            )
+            for p in plugged
+        }
+        with created(client, _templates(*selected.values())):
+            try:
+                _create_pods(client, pods, pods)
+                claims = _running_claims(client, node, pods)
+                problems = []
+                for p in plugged:
+                    if allocated_devices(claims[p.kind]) != [f"{NODE}/{p.device}"]:
+                        problems.append(
+                            f"{p.kind}: the claim got {allocated_devices(claims[p.kind])}, not {p.device}"
+                        )
+                    extra = _extra_devices(node, pods[p.kind], baseline)
+                    if extra != p.paths:
+                        problems.append(f"{p.kind}: the pod got {sorted(extra)}, not {sorted(p.paths)}")
+                assert not problems, "\n".join(problems)
+                for p in plugged:
+                    p.unplug()
+                    del present[p.kind]
+                for p in plugged:
+                    drivers[p.kind].wait_published(client, KINDS[p.kind][1], timeout=60)
+                phases = {
+                    kind: client.get(f"{PODS}/{name}")["status"]["phase"] for kind, name in pods.items()
+                }
+                assert set(phases.values()) == {"Running"}, f"pods after their devices left: {phases}"
+            finally:
+                _delete_all(client, node, pods)
+    finally:
+        for p in present.values():
+            p.unplug()
+    for kind in pods:
+        drivers[kind].wait_published(client, KINDS[kind][1], timeout=60)
+
+
+# ----- 8. QAT in kernel mode (runs last: it replaces the DPDK-mode QAT driver) ----------------------
+
+# The node's c6xx device in the simulator's default configuration: [SSL] (cy1_dc0, 4 processes,
+# unpinned) and [DC] (cy0_dc1, 2 processes, pinned to the device).
+KERNEL_SLOTS = {
+    "cy1_dc0": ("SSL", {f"ssl-dev0-{n}" for n in range(4)}),
+    "cy0_dc1": ("DC", {f"dc-dev0-{n}" for n in range(2)}),
+}
+# What every slot's claim gets: the QAT driver's common nodes and the device's uio node.
+KERNEL_NODES = {"qat_adf_ctl", "qat_dev_processes", "usdm_drv", "uio0"}
+
+
+def _section_env(node: RealNode, name: str) -> set[str]:
+    lines = pod_log(node, "default", name).splitlines()
+    return {line.removeprefix("env ") for line in lines if line.startswith("env QAT")}
+
+
+def test_qat_kernel_mode_serves_section_slots_by_claim_and_by_extended_resource(
+    drivers: dict[str, DraDriver],
+    client: KubeClient,
+    baseline: set[str],
+    node_control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:
+    """``deploy/dra/qat/kernel`` replaces the DPDK-mode driver (both are ``qat.intel.com``): it reads
+    the node's adf_ctl and /etc and publishes each process slot. A claim of the kernel-mode class
+    ``cy1-dc0.qat.intel.com`` gets exactly that section's environment and the driver's device
+    nodes; a pod asking ``qat.intel.com/cy0_dc1: 1`` with no claim is served by DRA through the
+    class of that name, with its own section's environment."""
+    dpdk = drivers["qat"]
+    node = dpdk.node
+    dpdk.uninstall(client)
+    wait_for(
+        "the DPDK-mode QAT driver's slices withdrawn", lambda: not node_slices(client, NODE, QAT), timeout=60
+    )
+    kernel = install_dra_driver(node_control_plane, node, "qat/kernel", tmp_path)
+    script = f"{LIST_DEV}; {PRINT_QAT}; sleep 3600"
+    try:
+        assert kernel.driver == QAT
+        published = kernel.wait_published(client, set().union(*(slots for _, slots in KERNEL_SLOTS.values())))
+        assert published["ssl-dev0-0"]["attributes"]["resource"]["string"] == "cy1_dc0", published[
+            "ssl-dev0-0"
+        ]
+        with created(client, _templates(claim_template("qat-ssl", "cy1-dc0.qat.intel.com"))):
+            client.create(PODS, claim_pod("kernel-claim", NODE, {"dev": "qat-ssl"}, script=script))
+            client.create(
+                PODS, claim_pod("kernel-ext", NODE, {}, limits={"qat.intel.com/cy0_dc1": "1"}, script=script)
+            )
+            for name, resource in (("kernel-claim", "cy1_dc0"), ("kernel-ext", "cy0_dc1")):
+                pod = wait_phase(client, node, name, ("Running",))
+                (claim,) = pod_claims(client, name)
+                section, slots = KERNEL_SLOTS[resource]
+                (device,) = allocated_devices(claim)
+                assert device.removeprefix(f"{NODE}/") in slots, (
+                    f"{name}: {device} is not a slot of {section}"
+                )
+                assert _extra_devices(node, name, baseline) == KERNEL_NODES, f"devices in {name}"
+                env = _section_env(node, name)
+                assert env == {f"QAT_SECTION_NAME={section}", f"QAT_SECTION_NAME_{resource}_0={section}"}, (
+                    f"QAT environment of {name}"
+                )
+                if name == "kernel-ext":
+                    status = pod["status"].get("extendedResourceClaimStatus") or {}
+                    assert status.get("resourceClaimName") == claim["metadata"]["name"], pod["status"]
+    finally:
+        try:
+            _delete_all(client, node, {"claim": "kernel-claim", "ext": "kernel-ext"})
+        finally:
+            kernel.uninstall(client)

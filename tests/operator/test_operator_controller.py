@@ -193,6 +193,11 @@ async def test_reconcile_applies_owned_daemonset_and_writes_status_once() -> Non
     assert applied["metadata"]["name"] == "intel-gpu-plugin-a"
     assert applied["metadata"]["ownerReferences"][0]["uid"] == "uid-a"
     assert applied["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "yes"}
+    # the new CR's DaemonSet is not handled yet: no status of zeros until the DaemonSet controller's write
+    assert api.status_patches == [] and "status" not in api.crs[("gpudeviceplugins", "a")]
+
+    api.daemonsets["intel-gpu-plugin-a"]["status"] = ds_status(0, 0)
+    await rec.reconcile(DeviceKind.GPU, "a")
     assert len(api.status_patches) == 1
     status = api.crs[("gpudeviceplugins", "a")]["status"]
     assert status["controlledDaemonSet"]["name"] == "intel-gpu-plugin-a"
@@ -217,10 +222,12 @@ async def test_dra_driver_cr_gets_the_driver_daemonset_under_its_service_account
     api = FakeApi()
     api.add_cr(DeviceKind.GPU, "a", {"image": node_image(), "deployAs": "DRADriver"})
     cfg = ControllerConfig(NS, ALL_KINDS, {}, dra_service_account="gpu-dra")
-    await Reconciler(cast(AsyncClient, api), cfg, Metrics(), now=lambda: "2026-11-22T10:00:00Z").reconcile(
-        DeviceKind.GPU, "a"
-    )
-    (applied,) = api.applies
+    rec = Reconciler(cast(AsyncClient, api), cfg, Metrics(), now=lambda: "2026-11-22T10:00:00Z")
+    await rec.reconcile(DeviceKind.GPU, "a")
+    api.daemonsets["intel-gpu-plugin-a"]["status"] = ds_status(0, 0)  # the DaemonSet controller has seen it
+    await rec.reconcile(DeviceKind.GPU, "a")
+    applied, again = api.applies
+    assert again == applied
     assert applied["metadata"]["name"] == "intel-gpu-plugin-a"
     pod = applied["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "gpu-dra"
@@ -234,7 +241,10 @@ async def test_watch_events_that_echo_own_writes_are_not_queued() -> None:
     api.add_cr(DeviceKind.GPU, "a", GPU)
     rec = make(api)
     await rec.reconcile(DeviceKind.GPU, "a")
+    api.daemonsets["intel-gpu-plugin-a"]["status"] = ds_status(0, 0)  # the DaemonSet controller has seen it
+    await rec.reconcile(DeviceKind.GPU, "a")
     cr, ds = api.crs[("gpudeviceplugins", "a")], api.daemonsets["intel-gpu-plugin-a"]
+    assert "status" in cr
     rec.on_cr_event(DeviceKind.GPU, "MODIFIED", cr)  # our status write coming back
     rec.on_daemonset_event("ADDED", ds)  # our apply coming back
     assert len(rec.queue) == 0
@@ -253,7 +263,10 @@ async def test_the_watched_body_spares_reading_the_cr_again() -> None:
     rec = make(api)
     rec.on_cr_event(DeviceKind.GPU, "ADDED", copy.deepcopy(api.crs[("gpudeviceplugins", "a")]))
     await rec.reconcile(DeviceKind.GPU, "a")
-    assert api.gets == 0 and len(api.applies) == 1 and len(api.status_patches) == 1
+    assert api.gets == 0 and len(api.applies) == 1 and len(api.status_patches) == 0
+    api.daemonsets["intel-gpu-plugin-a"]["status"] = ds_status(0, 0)  # the DaemonSet controller has seen it
+    await rec.reconcile(DeviceKind.GPU, "a")
+    assert api.gets == 0 and len(api.status_patches) == 1
     await rec.reconcile(DeviceKind.GPU, "a")  # the status write's answer is the body now: nothing to write
     assert api.gets == 0 and len(api.status_patches) == 1
     changed = copy.deepcopy(api.crs[("gpudeviceplugins", "a")])
@@ -267,7 +280,7 @@ async def test_the_watched_body_spares_reading_the_cr_again() -> None:
     rec.on_cr_event(DeviceKind.GPU, "ADDED", changed)  # created again: known, but not from the cache
     rec.on_cr_list(DeviceKind.GPU, [])  # a relist without it: deleted while the watch was away
     await rec.reconcile(DeviceKind.GPU, "a")
-    assert api.gets == 0 and len(api.applies) == 3  # known gone: neither read nor applied
+    assert api.gets == 0 and len(api.applies) == 4  # known gone: neither read nor applied
 
 
 async def test_the_pod_list_waits_for_the_daemonset_controller() -> None:

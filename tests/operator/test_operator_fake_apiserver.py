@@ -387,6 +387,10 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
         ds = await eventually(lambda: cluster.objects.get(ds_key))
         assert ds["metadata"]["ownerReferences"][0]["name"] == "a"
         assert ("PATCH", f"/{DS_PREFIX}/namespaces/{NS}/daemonsets/intel-gpu-plugin-a") in cluster.requests
+        # the DaemonSet controller's first write (no nodes yet) brings the CR's first status
+        counts = ("desiredNumberScheduled", "numberReady", "currentNumberScheduled", "numberMisscheduled")
+        handled = {**dict.fromkeys(counts, 0), "observedGeneration": ds["metadata"].get("generation", 1)}
+        cluster.put(ds_key, {**ds, "status": handled}, "MODIFIED")
         status = await eventually(lambda: cluster.objects[cr_key].get("status"))
         assert status["controlledDaemonSet"]["name"] == "intel-gpu-plugin-a"
 

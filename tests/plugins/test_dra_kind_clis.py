@@ -17,7 +17,11 @@ from intel_device_plugins.plugins.idxd.discovery import DSA, IAA
 from intel_device_plugins.plugins.npu import dracli as npu
 from intel_device_plugins.plugins.qat import dracli as qat
 from intel_device_plugins.plugins.qat.dra import QatDriverProfile, QatKernelDriverProfile
+from intel_device_plugins.plugins.qat.kernel import parse_adf_status, run_command, scan_kernel
 from intel_device_plugins.plugins.sgx import dracli as sgx
+from intel_device_plugins.sim.node import build_node, parse_node_spec
+from intel_device_plugins.sim.profiles import profile_text
+from intel_device_plugins.sim.qat import ADF_CTL
 from tests.builders import two_socket_node
 
 # kind → (module, driver name, simulated node spec, device count the spec gives)
@@ -81,6 +85,29 @@ def test_qat_kernel_mode_publishes_process_slots() -> None:
 
     assert isinstance(profile, QatKernelDriverProfile)
     assert profile.driver_name == "qat.intel.com"
+
+
+def test_qat_kernel_mode_reads_the_configuration_where_config_dir_says(tmp_path: Path) -> None:
+    """The kernel-mode install mounts the host's /etc away from the container's own; -config-dir
+    names it, and nothing else (sysfs, device nodes) moves with it."""
+    tree = build_node(parse_node_spec(profile_text("qat-kernel"), "qat-kernel profile"), tmp_path / "node")
+    moved = tmp_path / "host-etc"
+    tree.path("/etc").rename(moved)
+    status = run_command([str(tree.path(ADF_CTL)), "status"])
+    args = qat.build_parser().parse_args(["-mode", "kernel", f"-prefix={tree.root}", f"-config-dir={moved}"])
+    profile = qat.build_profile(args)
+    assert isinstance(profile, QatKernelDriverProfile)
+    assert profile.plugin.paths.config_file(parse_adf_status(status).devices[0]).parent == moved
+    assert {
+        resource: len(slots) for resource, slots in scan_kernel(profile.plugin.paths, status).tree.items()
+    } == {
+        "cy1_dc0": 4,
+        "cy0_dc1": 4,
+    }
+    # Without it the configuration is looked for in <prefix>/etc, where there is none now.
+    default = qat.build_profile(qat.build_parser().parse_args(["-mode", "kernel", f"-prefix={tree.root}"]))
+    assert isinstance(default, QatKernelDriverProfile)
+    assert scan_kernel(default.plugin.paths, status).tree == {}
 
 
 def test_qat_max_num_devices_bounds_the_published_vfs(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from functools import cache
@@ -161,6 +162,43 @@ def test_rbac_is_least_privilege() -> None:
         "resources": ["acceleratorfunctions", "fpgaregions"],
         "verbs": ["get", "list", "watch"],
     } in manager["rules"]
+
+
+def test_deviceclasses_component_adds_the_flag_and_only_the_rights_on_deviceclasses(tmp_path: Path) -> None:
+    """Opt-in: the default install has neither; an overlay with the component has both, bound to the
+    webhook's own ServiceAccount under the overlay's names."""
+    (plain,) = of_kind(render(DEPLOY / "webhooks" / "fpga" / "default"), "Deployment")
+    assert "--manage-deviceclasses" not in plain["spec"]["template"]["spec"]["containers"][0]["args"]
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    fpga = DEPLOY / "webhooks" / "fpga"
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(fpga / "default", overlay)],
+                "components": [os.path.relpath(fpga / "deviceclasses", overlay)],
+            }
+        )
+    )
+    docs = render(overlay)
+    (dep,) = of_kind(docs, "Deployment")
+    assert "--manage-deviceclasses" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    roles = {r["metadata"]["name"]: r["rules"] for r in of_kind(docs, "ClusterRole")}
+    added = roles.pop("intel-fpga-admissionwebhook-deviceclasses")
+    assert added == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["deviceclasses"],
+            "verbs": ["get", "list", "watch", "create", "update", "delete"],
+        }
+    ]
+    assert all(r["apiGroups"] == ["fpga.intel.com"] for rules in roles.values() for r in rules), roles
+    bindings = {b["roleRef"]["name"]: b["subjects"] for b in of_kind(docs, "ClusterRoleBinding")}
+    assert bindings["intel-fpga-admissionwebhook-deviceclasses"] == [
+        {"kind": "ServiceAccount", "name": "intelfpgawebhook-webhook", "namespace": "intelfpgawebhook-system"}
+    ]
 
 
 @pytest.mark.parametrize(

@@ -445,6 +445,12 @@ class Reconciler:
         status = compute_status(ds, per_cr.get(name, ()), (cond,))
         if not _settled(ds, len(per_cr.get(name, ()))):
             self.queue.add_after((kind, name), UNSETTLED_RECHECK_SECONDS)
+        if not current and not _synced(ds):
+            # A new CR whose DaemonSet the DaemonSet controller has not handled yet: its status would say only
+            # zeros. The controller's first status write follows within moments and queues this CR again (the
+            # recheck above does if that event is lost), so the API server, busy admitting CRs created in the
+            # same burst, is spared one write per CR.
+            return
         if await self._write_status(kind, name, current, status, cr):
             if cond.status == "True" and not was_conflict:
                 await self._event(kind, cr, "NodeConflict", cond.message)

@@ -72,6 +72,29 @@ class FakeTree:
         elif target.is_dir():
             shutil.rmtree(target)
 
+    def remove_char_links(self, absolute: str) -> None:
+        """Remove udev's ``/dev/char/<major>:<minor>`` links to device node ``absolute``, whatever
+        numbers they carry (a real node renumbers them when it makes the nodes character devices)."""
+        char_dir = self.path("/dev/char")
+        if not char_dir.is_dir():
+            return
+        node = os.path.normpath(self.path(absolute))
+        for link in sorted(char_dir.iterdir()):
+            if link.is_symlink() and os.path.normpath(char_dir / os.readlink(link)) == node:
+                link.unlink()
+
+    def remove_pci_function(self, address: str) -> str:
+        """Take PCI function ``address`` away: its bus and driver links and its sysfs directory.
+        Returns the directory it had (absolute inside the root), for the events."""
+        sysfs = self.sysfs_of(address)
+        self.remove(f"/sys/bus/pci/devices/{address}")
+        drivers = self.path("/sys/bus/pci/drivers")
+        if drivers.is_dir():
+            for driver in sorted(drivers.iterdir()):
+                self.remove(f"/sys/bus/pci/drivers/{driver.name}/{address}")
+        self.remove(sysfs)
+        return sysfs
+
     def uevent(self, action: str, sysfs_dir: str, subsystem: str, **properties: str) -> None:
         """Announce a change as the kernel would (nothing happens when no one listens).
 

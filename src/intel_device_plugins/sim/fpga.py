@@ -299,6 +299,9 @@ def remove_fpga(tree: FakeTree, card: SimulatedFpga) -> None:
         tree.uevent("remove", devpath, subsystem)
     for name in (card.fme, *(port.name for port in card.ports)):
         devpath = port_sysfs(tree, name)
+        number = tree.path(f"{devpath}/dev").read_text(encoding="utf-8").strip()
+        tree.remove(f"/sys/dev/char/{number}")
+        tree.remove_char_links(f"/dev/{name}")
         tree.remove(f"/sys/bus/platform/devices/{name}")
         tree.remove(f"/dev/{name}")
         tree.uevent("remove", devpath, "platform", DEVNAME=name)

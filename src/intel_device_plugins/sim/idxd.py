@@ -179,6 +179,24 @@ def disable_work_queue(
     tree.uevent("unbind", wq_sysfs, "dsa")
 
 
+def remove_accelerator(tree: FakeTree, accelerator: SimulatedAccelerator, device_prefix: str) -> None:
+    """Hot-unplug an accelerator: its queues are disabled and go, then the device and its PCI
+    function, with the kernel's events; udev's links to its queues go too, whatever their numbers."""
+    directory = tree.path(accelerator.sysfs)
+    queues = sorted(p.name for p in directory.glob("wq*.*")) if directory.is_dir() else []
+    for name in queues:
+        tree.remove_char_links(f"/dev/{device_prefix}/{name}")
+        disable_work_queue(tree, accelerator, device_prefix, name)
+        tree.remove(f"/sys/bus/dsa/devices/{name}")
+        tree.uevent("remove", f"{accelerator.sysfs}/{name}", "dsa")
+    tree.remove(f"/sys/bus/dsa/devices/{accelerator.name}")
+    tree.uevent("unbind", accelerator.sysfs, "dsa")
+    tree.uevent("remove", accelerator.sysfs, "dsa")
+    pci_sysfs = tree.remove_pci_function(accelerator.address)
+    tree.uevent("unbind", pci_sysfs, "pci", PCI_SLOT_NAME=accelerator.address)
+    tree.uevent("remove", pci_sysfs, "pci", PCI_SLOT_NAME=accelerator.address)
+
+
 def add_accelerator(
     tree: FakeTree,
     device_prefix: str,

@@ -104,7 +104,8 @@ def attach_driver(tree: FakeTree, address: str, driver: str) -> None:
     load_driver(tree, driver)
     tree.bind(address, sysfs, driver)
     if driver == "vfio-pci":
-        tree.device_node("/dev/vfio/vfio")
+        if not tree.path("/dev/vfio/vfio").exists():  # on a real node it is a character device
+            tree.device_node("/dev/vfio/vfio")
         group = vfio_node_name(tree, sysfs)
         tree.device_node(f"/dev/vfio/{group}")
         tree.uevent("add", f"/sys/devices/virtual/vfio/{group}", "vfio", DEVNAME=f"vfio/{group}")
@@ -240,6 +241,16 @@ def remove_vfs(tree: FakeTree, pf: SimulatedPf) -> None:
     tree.write(f"{pf_sysfs}/sriov_numvfs", "0\n")
 
 
+def remove_pf(tree: FakeTree, pf: SimulatedPf) -> None:
+    """Hot-unplug a PF: its VFs go first (as :func:`remove_vfs`), then its debugfs entries and the
+    function itself, with the kernel's events."""
+    remove_vfs(tree, pf)
+    tree.remove(f"/sys/kernel/debug/qat_{pf.driver}_{pf.address}")
+    pf_sysfs = tree.remove_pci_function(pf.address)
+    tree.uevent("unbind", pf_sysfs, "pci", PCI_SLOT_NAME=pf.address)
+    tree.uevent("remove", pf_sysfs, "pci", PCI_SLOT_NAME=pf.address)
+
+
 def add_guest_vfs(
     tree: FakeTree, *, generation: str, vfs: int, numa_node: int, vf_driver: str, iommu: str
 ) -> list[str]:
@@ -353,14 +364,22 @@ def add_kernel_device(
     tree.write(f"/etc/{generation}_dev{inst}.conf", config or str(KERNEL_DEFAULTS["config"]))
     lines.append(_status_line(inst, generation, address, numa_node, state))
     tree.write("/var/lib/sim-qat/adf_ctl_status", "\n".join(lines) + "\n")
-    script = tree.write(
-        ADF_CTL,
-        "#!/bin/sh\n"
-        f"echo 'There is {len(lines)} QAT acceleration device(s) in the system:'\n"
-        f"cat '{lines_file}'\n",
-    )
+    script = tree.write(ADF_CTL, adf_ctl_script(lines))
     script.chmod(0o755)
     return inst
+
+
+def adf_ctl_script(status_lines: Sequence[str]) -> str:
+    """A shell script printing what ``adf_ctl status`` prints for devices ``status_lines``. It holds
+    the lines itself, so it runs wherever it is copied or mounted (a driver's container on a real
+    node sees no simulated tree)."""
+    for line in status_lines:
+        if "'" in line or "\n" in line:
+            raise ValueError(f"adf_ctl status line {line!r} cannot be quoted")
+    shown = "".join(f"echo '{line}'\n" for line in status_lines)
+    return (
+        f"#!/bin/sh\necho 'There is {len(status_lines)} QAT acceleration device(s) in the system:'\n{shown}"
+    )
 
 
 def build_kernel(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:

@@ -22,6 +22,7 @@ from intel_device_plugins.kube.https import ReviewHandler
 from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.kube.serving import add_webhook_flags, install_signal_handlers, serve_admission
 from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
+from intel_device_plugins.webhooks.classsync import ClassSync
 from intel_device_plugins.webhooks.handlers import FPGA_PATH, SGX_PATH, fpga_review, sgx_review
 from intel_device_plugins.webhooks.store import MappingStore
 from intel_device_plugins.webhooks.watch import follow_all
@@ -29,8 +30,17 @@ from intel_device_plugins.webhooks.watch import follow_all
 log = logging.getLogger("intel_admissionwebhook")
 
 
+FPGA_PROGRAM = "intel_fpga_admissionwebhook"
+
+
 def parser(prog: str) -> argparse.ArgumentParser:
     p = GoFlagParser(prog=prog, description="Mutating admission webhook for pods.")
+    if prog == FPGA_PROGRAM:
+        p.add_bool_flag(
+            "manage-deviceclasses",
+            help="keep the FPGA DRA driver's DeviceClasses in step with the AcceleratorFunctions and "
+            "FpgaRegions (creates, updates and deletes only classes it labels as its own)",
+        )
     add_webhook_flags(p)
     p.add_argument("--metrics-bind-address", default="0", help="metrics address; 0 (default) disables")
     p.add_argument("--health-probe-bind-address", default=":8081", help="/healthz and /readyz address")
@@ -96,10 +106,16 @@ def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
     p = parser(prog)
     opts = p.parse_args(argv)
     configure_logging(opts.verbosity)
-    store = MappingStore()
+    manage_classes = bool(getattr(opts, "manage_deviceclasses", False))
+    changes = asyncio.Event()
+    store = MappingStore(on_change=changes.set if manage_classes else None)
 
     def routes(client: AsyncClient | None) -> tuple[dict[str, ReviewHandler], list[asyncio.Task[None]]]:
-        return pod_webhooks(client, {which}, store)
+        paths, tasks = pod_webhooks(client, {which}, store)
+        if manage_classes:
+            assert client is not None
+            tasks.append(asyncio.create_task(ClassSync(client, store, changes).run()))
+        return paths, tasks
 
     async def runner() -> int:
         task = asyncio.current_task()
@@ -116,7 +132,7 @@ def _run(prog: str, argv: Sequence[str] | None, which: str) -> int:
 
 
 def fpga_main(argv: Sequence[str] | None = None) -> int:
-    return _run("intel_fpga_admissionwebhook", argv, "fpga")
+    return _run(FPGA_PROGRAM, argv, "fpga")
 
 
 def sgx_main(argv: Sequence[str] | None = None) -> int:

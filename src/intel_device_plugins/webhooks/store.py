@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from intel_device_plugins.webhooks.fpga import NamespaceMappings, namespace_mappings
@@ -50,10 +50,12 @@ def _slim(obj: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
 
 
 class MappingStore:
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        """``on_change`` is called after any listing or event (the DeviceClass sync listens)."""
         self._objects: dict[FpgaKind, dict[tuple[str, str], dict[str, Any]]] = {k: {} for k in FpgaKind}
         self._cache: dict[str, NamespaceMappings] = {}
         self._synced: set[FpgaKind] = set()
+        self._on_change = on_change or (lambda: None)
 
     @property
     def synced(self) -> bool:
@@ -73,18 +75,28 @@ class MappingStore:
         self._synced.add(kind)
         for ns in changed:
             self._cache.pop(ns, None)
+        self._on_change()
 
     def upsert(self, kind: FpgaKind, obj: Mapping[str, Any]) -> None:
         slim = _slim(obj)
         if slim is not None:
             self._objects[kind][(slim[0], slim[1])] = slim[2]
             self._cache.pop(slim[0], None)
+            self._on_change()
 
     def delete(self, kind: FpgaKind, obj: Mapping[str, Any]) -> None:
         slim = _slim(obj)
         if slim is not None:
             self._objects[kind].pop((slim[0], slim[1]), None)
             self._cache.pop(slim[0], None)
+            self._on_change()
+
+    def objects(self, kind: FpgaKind) -> list[dict[str, Any]]:
+        """Every namespace's objects of ``kind`` (name, namespace and spec), in a stable order."""
+        return [
+            {"metadata": {"name": name, "namespace": ns}, "spec": obj["spec"]}
+            for (ns, name), obj in sorted(self._objects[kind].items())
+        ]
 
     def mappings(self, namespace: str) -> NamespaceMappings:
         cached = self._cache.get(namespace)

@@ -158,16 +158,24 @@ class DraDriver:
         if pod is None:
             raise AssertionError(f"no driver pod to restart\n{self.describe(client)}")
         before = driver_connections(self.node, self.driver)
-        name = pod["metadata"]["name"]
+        name = str(pod["metadata"]["name"])
         client.delete(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
         if wait:
+            self.wait_replaced(client, name, before)
+        return name
 
-            def replaced() -> bool:
-                return all(p["metadata"]["name"] != name for p in self.pods(client))
+    def wait_replaced(self, client: KubeClient, name: str, connections_before: int) -> None:
+        """Wait until driver pod ``name`` is gone and a new one is Ready and connected to the
+        kubelet more often than ``connections_before`` (several drivers restart at once this way)."""
 
-            wait_for(f"driver pod {name} replaced", replaced, timeout=60)
-            self.wait_ready(client, connections_before=before)
-        return str(name)
+        def replaced() -> bool:
+            return all(p["metadata"]["name"] != name for p in self.pods(client))
+
+        try:
+            wait_for(f"{self.driver} driver pod {name} replaced", replaced, timeout=60)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}\n{self.describe(client)}") from None
+        self.wait_ready(client, connections_before=connections_before)
 
     def roll(self, client: KubeClient, *, wait: bool = True) -> set[str]:
         """Start a rolling update of the DaemonSet (a pod template annotation changes); with

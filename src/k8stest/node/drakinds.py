@@ -8,23 +8,29 @@ the node description, the pod builder and the waits, whose failures name what is
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
+from intel_device_plugins.sim import dlb, fpga, idxd, npu, qat
+from intel_device_plugins.sim.fakefs import FakeTree
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.node.dra import claim_path, events, leftovers, pod_claim_names
 from k8stest.node.pods import pod_log, workload_pod
 from k8stest.node.running import RealNode
 
 __all__ = [
+    "HOT_PLUG",
     "KINDS_NODE_NAME",
     "KINDS_NODE_PROFILE",
     "LIST_DEV",
     "PODS",
+    "HotPlugged",
     "claim_pod",
     "delete_pod_and_claims",
     "dev_lines",
     "gone",
+    "hot_plug",
     "pod_claims",
     "pod_devices",
     "wait_phase",
@@ -36,6 +42,7 @@ PODS = "/api/v1/namespaces/default/pods"
 # DSA has exactly one dedicated and one shared user queue (``mixed``: wq0.0 dedicated, wq0.1
 # shared), SGX a small EPC (64 MiB on the node's one NUMA node) that three 24 MiB claims exceed;
 # IAA one dedicated queue; the FPGA is an Arria 10 whose one port runs NLB0 (the simulator's defaults).
+# The DPDK-mode QAT driver publishes the two VFs and nothing of the kernel-mode device.
 KINDS_NODE_NAME = "k8stest-dra-kinds-node"
 KINDS_NODE_PROFILE = f"""
 [node]
@@ -58,6 +65,11 @@ count = 1
 [[iaa]]
 count = 1
 wqs = 1
+# Last, so that the devices above keep their PCI addresses: one c6xx device for QAT's kernel mode
+# (the simulator's default configuration: [SSL] 4 unpinned processes of cy1_dc0, [DC] 2 pinned ones
+# of cy0_dc1), its adf_ctl in /usr/local/bin and its c6xx_dev0.conf in /etc of the node.
+[[qat_kernel]]
+count = 1
 """
 
 # Every script prints the character devices the container sees under /dev, one ``dev <path>`` line
@@ -176,3 +188,106 @@ def delete_pod_and_claims(client: KubeClient, node: RealNode, name: str, drivers
         wait_for(f"nothing of pod {name}'s claims left", lambda: not left(), timeout=30)
     except TimeoutError as error:
         raise AssertionError(f"{error}: {left()}") from None
+
+
+# ----- hot-plug ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HotPlugged:
+    """A device plugged into a running node: the name its driver publishes it under, its PCI address
+    (a claim selects it by ``resource.kubernetes.io/pciBusID``), the device nodes a container holding
+    it gets (below /dev, udev's ``char/`` link counted as ``char``), and how it leaves again."""
+
+    kind: str
+    device: str
+    address: str
+    paths: frozenset[str]
+    unplug: Callable[[], None]
+
+
+def _plug_queue(tree: FakeTree, kind: str, prefix: str) -> HotPlugged:
+    accelerator = idxd.add_accelerator(tree, prefix)
+    queue = idxd.add_work_queue(tree, accelerator, prefix, 0, mode="dedicated")
+    return HotPlugged(
+        kind,
+        f"{accelerator.name}-{queue.replace('.', '-')}",
+        accelerator.address,
+        frozenset({f"{prefix}/{queue}", "char"}),
+        partial(idxd.remove_accelerator, tree, accelerator, prefix),
+    )
+
+
+def _plug_dlb(tree: FakeTree) -> HotPlugged:
+    device = dlb.add_dlb(tree)
+    return HotPlugged(
+        "dlb",
+        device.name,
+        device.address,
+        frozenset({device.name}),
+        partial(dlb.remove_dlb, tree, device.name),
+    )
+
+
+def _plug_npu(tree: FakeTree) -> HotPlugged:
+    device = npu.add_npu(tree)
+    return HotPlugged(
+        "npu",
+        device.name,
+        device.address,
+        frozenset({f"accel/{device.name}"}),
+        partial(npu.remove_npu, tree, device.name),
+    )
+
+
+def _plug_qat(tree: FakeTree) -> HotPlugged:
+    pf = qat.add_pf(tree, vfs=1)
+    (vf,) = pf.vfs
+    group = qat.vfio_node_name(tree, tree.sysfs_of(vf))
+    name = "vf-" + vf.replace(":", "-").replace(".", "-")
+    return HotPlugged(
+        "qat", name, vf, frozenset({f"vfio/{group}", "vfio/vfio"}), partial(qat.remove_pf, tree, pf)
+    )
+
+
+def _plug_fpga(tree: FakeTree) -> HotPlugged:
+    """A card whose one port runs the node's other card's function (NLB0): region mode publishes
+    its FME, and a claim naming NLB0 finds it already programmed."""
+    card = fpga.add_fpga(tree)
+    (port,) = card.ports
+    return HotPlugged(
+        "fpga",
+        card.fme.replace(".", "-"),
+        card.address,
+        frozenset({port.name}),
+        partial(fpga.remove_fpga, tree, card),
+    )
+
+
+HOT_PLUG: Mapping[str, Callable[[FakeTree], HotPlugged]] = {
+    "dsa": partial(_plug_queue, kind="dsa", prefix="dsa"),
+    "iaa": partial(_plug_queue, kind="iaa", prefix="iax"),
+    "dlb": _plug_dlb,
+    "npu": _plug_npu,
+    "qat": _plug_qat,
+    "fpga": _plug_fpga,
+}
+"""Kind -> how one more device of it is hot-plugged into a node's trees (``FakeTree`` rooted at the
+node's work directory). SGX has none: its EPC and its two misc devices belong to the CPU and the
+in-kernel driver, not to a slot."""
+
+
+def hot_plug(node: RealNode, kinds: Sequence[str]) -> list[HotPlugged]:
+    """Plug one device of each of ``kinds`` into ``node``, its device nodes made character devices
+    as the kernel makes them (each appears whole, with its udev link)."""
+    tree = FakeTree(node.workdir)
+    plugged: list[HotPlugged] = []
+    try:
+        for kind in kinds:
+            plugged.append(HOT_PLUG[kind](tree))
+        node.realize_device_nodes()
+    except BaseException:
+        for device in plugged:
+            device.unplug()
+        raise
+    return plugged

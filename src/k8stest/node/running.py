@@ -35,7 +35,15 @@ from k8stest.node.config import (
     kubelet_configuration,
 )
 from k8stest.node.controlplane import egress_socket, proxy_credentials
-from k8stest.node.trees import SIM_DEVICE_MAJOR, build_dev, make_char_device, merge_sysfs, renumber_char_links
+from k8stest.node.trees import (
+    SIM_DEVICE_MAJOR,
+    Bind,
+    build_dev,
+    make_char_device,
+    merge_sysfs,
+    renumber_char_links,
+    replace_with_char_device,
+)
 from k8stest.ociimage import PAUSE_IMAGE, busybox_images, localize_archive, localized_index, write_oci_archive
 from k8stest.process import ManagedProcess, free_port
 
@@ -136,12 +144,13 @@ class RealNode:
             and os.major(p.lstat().st_rdev) == SIM_DEVICE_MAJOR
         }
         made = []
+        staging = self.workdir / "dev-staging"
         for path in sorted(self.dev_dir.rglob("*")):
             if path.is_symlink() or not path.is_file():
                 continue
             minor = max(minors, default=-1) + 1
             minors.add(minor)
-            made.append(make_char_device(path, minor))
+            made.append(replace_with_char_device(path, minor, self.dev_dir / "char", staging))
         renumber_char_links(self.dev_dir / "char")
         return made
 
@@ -222,9 +231,10 @@ def start_real_node(
     """Prepare the node's trees, start it in its namespaces and wait until the Node is Ready.
 
     ``sim_root`` is a simulated node (``sim.node.build_node``'s root with ``sys/`` and ``dev/``);
-    its devices appear at /sys and /dev inside the node. ``images`` are OCI archives imported before
-    the kubelet starts; one of them must hold ``pause_image``, which containerd needs for the
-    first pod (nothing is ever pulled).
+    its devices appear at /sys and /dev inside the node, its ``etc/`` files in the node's /etc and
+    its ``usr/local/bin`` (when it has one) as the node's /usr/local/bin. ``images`` are OCI
+    archives imported before the kubelet starts; one of them must hold ``pause_image``, which
+    containerd needs for the first pod (nothing is ever pulled).
     """
     cfg = config or NodeConfig()
     t0 = time.monotonic()
@@ -243,6 +253,14 @@ def start_real_node(
     if sim_root is not None and (sim_root / "sys").is_dir():
         shutil.copytree(sim_root / "sys", layout.sys_dir, symlinks=True)
     sys_binds = merge_sysfs(layout.sys_dir, Path("/sys"))
+    # Host software the simulation stands in for: its /etc files (e.g. QAT's <type>_dev<N>.conf) join the
+    # node's /etc overlay, and its /usr/local/bin (QAT's adf_ctl) replaces the machine's inside the node.
+    if sim_root is not None and (sim_root / "etc").is_dir():
+        shutil.copytree(sim_root / "etc", etc_upper, symlinks=True, dirs_exist_ok=True)
+    local_bin = sim_root / "usr" / "local" / "bin" if sim_root is not None else None
+    extra_binds = (
+        [Bind(str(local_bin), "/usr/local/bin")] if local_bin is not None and local_bin.is_dir() else []
+    )
     dev_binds = build_dev(layout.dev_dir, sim_root / "dev" if sim_root is not None else None)
 
     # Identity, configuration files
@@ -325,6 +343,7 @@ def start_real_node(
             {"kind": "tmpfs", "target": "/var/lib"},
             {"kind": "bind", "source": str(layout.opt_dir), "target": "/opt"},
             {"kind": "bind", "source": str(layout.srv_dir), "target": "/srv"},
+            *({"kind": "bind", "source": b.source, "target": b.target} for b in extra_binds),
             {"kind": "mkdir", "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.kubelet_dir), "target": "/var/lib/kubelet"},
             {"kind": "bind", "source": str(layout.log_dir), "target": "/var/log"},

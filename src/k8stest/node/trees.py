@@ -152,6 +152,25 @@ def make_char_device(path: Path, minor: int, major: int = SIM_DEVICE_MAJOR) -> P
     return path
 
 
+def replace_with_char_device(path: Path, minor: int, char_dir: Path, staging: Path) -> Path:
+    """Turn the plain file ``path`` into a character device (major :data:`SIM_DEVICE_MAJOR`) the way
+    udev presents a new device: whole. The node is made in ``staging`` (a directory on the same file
+    system), udev's ``char_dir`` links to ``path`` are renamed to the new numbers, and only then the
+    node is moved over the file, so a driver woken by the move sees the node and its link agree."""
+    staging.mkdir(parents=True, exist_ok=True)
+    made = make_char_device(staging / f"{minor}", minor)
+    if char_dir.is_dir():
+        target = os.path.normpath(path)
+        for link in sorted(char_dir.iterdir()):
+            if link.is_symlink() and os.path.normpath(char_dir / os.readlink(link)) == target:
+                destination = os.readlink(link)
+                link.unlink()
+                (char_dir / f"{SIM_DEVICE_MAJOR}:{minor}").unlink(missing_ok=True)
+                (char_dir / f"{SIM_DEVICE_MAJOR}:{minor}").symlink_to(destination)
+    os.replace(made, path)
+    return path
+
+
 def build_dev(staging: Path, sim_dev: Path | None) -> list[Bind]:
     """The node's /dev: standard nodes, the host's pts/shm/mqueue, and the simulated devices.
 

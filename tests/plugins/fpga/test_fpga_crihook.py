@@ -230,8 +230,14 @@ def test_two_regions_with_the_same_interface_get_two_ports(node: Node) -> None:
 def test_more_pairs_than_matching_ports_is_an_error(node: Node) -> None:
     env = [f"FPGA_REGION_1={IFACE}", f"FPGA_AFU_1={NLB0}", f"FPGA_REGION_2={IFACE}", f"FPGA_AFU_2={NLB0}"]
     state = node.write_config(env, [node.cards[0].ports[0], node.cards[1].ports[0]])
-    with pytest.raises(HookError, match=f"can't find appropriate device for region {IFACE}"):
+    with pytest.raises(HookError, match=f"can't find appropriate device for region {IFACE}") as refused:
         crihook.run_hook(state, node.root, fme.SimulatedFme(node.root))
+    # The reason names the pair and what the container's ports are, so a pod whose variables ask for
+    # another region than its claim or extended resource got can be told from a missing bitstream.
+    taken, other = node.cards[0].ports[0].name, node.cards[1].ports[0].name
+    assert "(FPGA_REGION_2)" in str(refused.value), refused.value
+    assert f"{taken} in region {IFACE} (taken by an earlier pair)" in str(refused.value), refused.value
+    assert f"{other} in region {OTHER_IFACE}" in str(refused.value), refused.value
 
 
 def test_port_is_chosen_by_its_fme_interface(node: Node) -> None:
@@ -328,7 +334,7 @@ def test_non_port_devices_are_ignored_and_no_port_is_an_error(node: Node) -> Non
         {"path": f"/dev/{node.cards[0].fme}"},
     ]
     state = node.write_config([f"FPGA_REGION_1={IFACE}", f"FPGA_AFU_1={NLB0}"], [], extra)
-    with pytest.raises(HookError, match=f"can't find appropriate device for region {IFACE}"):
+    with pytest.raises(HookError, match=r"region .* the container has no FPGA port"):
         crihook.run_hook(state, node.root, fme.SimulatedFme(node.root))
 
 

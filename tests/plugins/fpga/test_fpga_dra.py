@@ -56,7 +56,7 @@ def test_region_mode_prepares_the_hook_and_the_requested_function(tmp_path: Path
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ((), "needs the function to program"),
+        (({"afuId": " - "},), "afuId is empty"),
         (({"afuId": "../../etc"},), "not a valid ID"),
         (({"afuId": 7},), "must be a string"),
     ],
@@ -69,6 +69,26 @@ def test_region_claims_without_a_usable_function_fail_naming_the_request(
     region = profile.scan().by_name()["dfl-fme-0"]
     with pytest.raises(ClaimPreparationError, match=message):
         profile.claim_edits("u", [(region_claim(profile, "dfl-fme-0", *config), region)])
+
+
+def test_region_claim_naming_no_function_leaves_it_to_the_containers_variables(tmp_path: Path) -> None:
+    """The scheduler's claim for ``fpga.intel.com/region-…`` carries no configuration: the hook still
+    runs, and no variable of the claim hides the ones the webhook gave the container. A claim with two
+    regions, one configured, sets the pair of that one only."""
+    node(tmp_path, NODE)
+    profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
+    devices = profile.scan().by_name()
+    plain = region_claim(profile, "dfl-fme-0")
+    configured = region_claim(profile, "dfl-fme-1", {"afuId": NLB0_AFU})
+    first, second = profile.claim_edits(
+        "u", [(plain, devices["dfl-fme-0"]), (configured, devices["dfl-fme-1"])]
+    )
+    assert first.create_runtime_hooks == second.create_runtime_hooks == (CRI_HOOK_PATH,)
+    assert first.env == ()
+    assert second.env == (
+        f"FPGA_REGION_2={devices['dfl-fme-1'].attributes['interfaceId']}",
+        f"FPGA_AFU_2={NLB0_AFU.replace('-', '').lower()}",
+    )
 
 
 def test_regiondevel_gives_the_fme_node_and_no_hook(tmp_path: Path) -> None:

@@ -218,8 +218,23 @@ def assign_ports(
                 pairs.append((request, candidate))
                 break
         else:
-            raise HookError(f"can't find appropriate device for region {request.region}")
+            raise HookError(
+                f"can't find appropriate device for region {request.region} "
+                f"({REGION_PREFIX}{request.index}): {_ports_said(candidates, used)}"
+            )
     return pairs
+
+
+def _ports_said(candidates: Sequence[Candidate], used: set[str]) -> str:
+    """What the container's ports are, for a request none of them can serve."""
+    if not candidates:
+        return "the container has no FPGA port"
+    ports = ", ".join(
+        f"{c.port.name} in region {canonical_id(c.fme.interface_id)}"
+        + (" (taken by an earlier pair)" if c.port.name in used else "")
+        for c in candidates
+    )
+    return f"the container's FPGA ports: {ports}"
 
 
 def bitstream_path(store: Path, region: str, afu: str, exists: Callable[[Path], bool]) -> Path:

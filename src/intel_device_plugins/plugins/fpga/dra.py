@@ -4,10 +4,14 @@ Two shapes, as the plugin's modes:
 
 * ``af``: every port is a device with its interface ID (the region's blue bitstream) and its AFU ID
   (the function programmed now) as attributes; a claim picks a function with a CEL selector.
-* ``region``: every FPGA region (FME) is a device with its interface ID. A claim names the function it
-  wants in its opaque configuration (``{"afuId": "<id>"}``), and preparing gives the container the
-  region's ports, ``FPGA_REGION_<n>``/``FPGA_AFU_<n>`` and the ``createRuntime`` hook, which programs
-  the bitstream before the container starts, exactly as in the plugin's region mode.
+* ``region``: every FPGA region (FME) is a device with its interface ID. Preparing gives the container
+  the region's ports and the ``createRuntime`` hook, which programs the bitstream before the container
+  starts, exactly as in the plugin's region mode. A claim may name the function in its opaque
+  configuration (``{"afuId": "<id>"}``): the container then also gets ``FPGA_REGION_<n>``/``FPGA_AFU_<n>``,
+  which replace its own variables of those names (CDI edits apply last), so the claim wins. A claim
+  naming none (the one the scheduler makes for ``fpga.intel.com/region-…``) leaves the choice to the
+  container's own variables, which the FPGA webhook sets as for the plugin; the hook refuses a variable
+  whose region none of the container's ports has.
   ``regiondevel`` gives the FME node instead of the hook, for development.
 """
 
@@ -40,6 +44,13 @@ from intel_device_plugins.plugins.fpga.discovery import (
 from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
 
 AFU_PARAMETER = "afuId"
+# Attribute names (in the driver's domain); the DeviceClasses that map the plugin's resource names select
+# on them (webhooks/fpgaclasses.py). A port (af mode) names its region, a region (region modes) counts its
+# ports: which of the two a device has tells the modes apart.
+INTERFACE_ATTRIBUTE = "interfaceId"
+AFU_ATTRIBUTE = "afuId"
+PORT_REGION_ATTRIBUTE = "region"
+REGION_PORTS_ATTRIBUTE = "ports"
 
 
 def dns_label(name: str) -> str:
@@ -69,9 +80,9 @@ def port_devices(prefix: str, ports: Sequence[Port], numa: NumaCache) -> list[De
             Device(
                 name=dns_label(port.name),
                 attributes={
-                    "interfaceId": port.fme.interface_id,
-                    "afuId": port.afu_id,
-                    "region": dns_label(port.fme.name),
+                    INTERFACE_ATTRIBUTE: port.fme.interface_id,
+                    AFU_ATTRIBUTE: port.afu_id,
+                    PORT_REGION_ATTRIBUTE: dns_label(port.fme.name),
                     **_placement(prefix, (port,), numa),
                 },
                 cdi=CdiDevice(
@@ -112,9 +123,9 @@ def region_devices(prefix: str, ports: Sequence[Port], numa: NumaCache, devel: b
             Device(
                 name=dns_label(name),
                 attributes={
-                    "interfaceId": fme.interface_id,
-                    "afuId": members[0].afu_id,
-                    "ports": len(members),
+                    INTERFACE_ATTRIBUTE: fme.interface_id,
+                    AFU_ATTRIBUTE: members[0].afu_id,
+                    REGION_PORTS_ATTRIBUTE: len(members),
                     **_placement(prefix, members, numa),
                 },
                 cdi=cdi,
@@ -128,7 +139,8 @@ def region_devices(prefix: str, ports: Sequence[Port], numa: NumaCache, devel: b
 
 
 def requested_afu(result: AllocatedDevice) -> str:
-    """The AFU ID the claim asks for in its opaque configuration (the last entry naming one wins)."""
+    """The AFU ID the claim asks for in its opaque configuration (the last entry naming one wins), or
+    "" when it names none."""
     afu = ""
     for text in result.config:
         try:
@@ -142,19 +154,17 @@ def requested_afu(result: AllocatedDevice) -> str:
             if not isinstance(value, str):
                 raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} must be a string")
             afu = canonical_id(value)
-    if not afu:
-        raise ClaimPreparationError(
-            f"request {result.request}: region {result.device} needs the function to program; "
-            f'give it as opaque configuration {{"{AFU_PARAMETER}": "<id>"}} for driver {NAMESPACE}'
-        )
-    if not is_safe_id(afu):
+            if not afu:
+                raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} is empty")
+    if afu and not is_safe_id(afu):
         raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} {afu!r} is not a valid ID")
     return afu
 
 
 FPGA_DEVICE_CLASSES = (DeviceClassSpec(NAMESPACE, NAMESPACE),)
-"""AF resource names encode bitstream IDs that only the cluster's users know, so there is one class;
-claims select by ``interfaceId``/``afuId``."""
+"""AF resource names encode bitstream IDs that only the cluster's objects know, so the driver ships one
+class; claims select by ``interfaceId``/``afuId``, and the classes serving the plugin's names are made
+from the AcceleratorFunctions and FpgaRegions (``webhooks/fpgaclasses.py``)."""
 
 
 @dataclass
@@ -192,12 +202,14 @@ class FpgaDriverProfile:
         if self.mode is not Mode.REGION:
             return edits
         return [
-            replace(
-                edit,
-                env=(
-                    f"{REGION_PREFIX}{index}={device.attributes['interfaceId']}",
-                    f"{AFU_PREFIX}{index}={requested_afu(result)}",
-                ),
-            )
+            replace(edit, env=_function_env(index, result, device))
             for index, (edit, (result, device)) in enumerate(zip(edits, allocated, strict=True), start=1)
         ]
+
+
+def _function_env(index: int, result: AllocatedDevice, device: Device) -> tuple[str, ...]:
+    """The pair the claim's configuration asks for, or none: the container's own variables decide."""
+    afu = requested_afu(result)
+    if not afu:
+        return ()
+    return (f"{REGION_PREFIX}{index}={device.attributes[INTERFACE_ATTRIBUTE]}", f"{AFU_PREFIX}{index}={afu}")

@@ -30,7 +30,7 @@ from intel_device_plugins.dra.model import (
 from intel_device_plugins.dra.placement import placement_attributes
 from intel_device_plugins.dra.profile import default_claim_edits
 from intel_device_plugins.plugins.qat.discovery import NAMESPACE, VirtualFunction
-from intel_device_plugins.plugins.qat.kernel import SECTION_ENV
+from intel_device_plugins.plugins.qat.kernel import SECTION_ENV, Section
 from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlugin
 
 SERVICES = ("sym", "asym", "dc", "dcc", "decomp")
@@ -101,6 +101,31 @@ QAT_DEVICE_CLASSES = (
         for resource in RESOURCES
     ),
 )
+
+
+KERNEL_SHAPES = tuple((cy, dc) for cy in range(3) for dc in range(3) if cy or dc)
+"""The section shapes (crypto and compression instances per process) kernel mode has classes for; a
+node configured otherwise needs a class of its own, written like these."""
+
+
+def kernel_class(cy: int, dc: int) -> DeviceClassSpec:
+    """``cy1-dc0.qat.intel.com`` for the kernel plugin's resource ``cy1_dc0`` (class names are DNS
+    subdomains, resource names may carry ``_``)."""
+    resource = Section("", cy, dc, False, ()).resource
+    return DeviceClassSpec(
+        f"{resource.replace('_', '-')}.{NAMESPACE}",
+        NAMESPACE,
+        selector=f'device.attributes["{NAMESPACE}"].resource == "{resource}"',
+        extended_resource_name=f"{NAMESPACE}/{resource}",
+    )
+
+
+QAT_KERNEL_DEVICE_CLASSES = (
+    DeviceClassSpec(NAMESPACE, NAMESPACE),
+    *(kernel_class(cy, dc) for cy, dc in KERNEL_SHAPES),
+)
+"""Kernel mode's classes (``deploy/dra/qat/kernel``): the driver's, and one per section shape that maps
+the kernel plugin's resource name, so unchanged pods asking ``qat.intel.com/cy1_dc0`` are served."""
 
 
 @dataclass

@@ -2,7 +2,8 @@
 as DRA devices (``qat.intel.com``).
 
 ``-mode``, ``-dpdk-driver``, ``-kernel-vf-drivers`` and ``-max-num-devices`` are the device plugin's
-flags and mean the same. ``-allocation-policy`` is not: the scheduler chooses the VFs.
+flags and mean the same; ``-config-dir`` is the driver's own (kernel mode reads the host's configuration
+files where its pod mounts them). ``-allocation-policy`` is not: the scheduler chooses the VFs.
 """
 
 from __future__ import annotations
@@ -22,18 +23,28 @@ from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlug
 PROGRAM = "intel_qat_dra_driver"
 
 
+CONFIG_DIR = "config-dir"
+
+
 def build_parser() -> GoFlagParser:
     parser = new_driver_parser(
         PROGRAM, "Kubernetes DRA driver for Intel QuickAssist Technology (qat.intel.com)."
     )
     add_vf_flags(parser)
+    parser.add_flag(
+        CONFIG_DIR,
+        default="",
+        help="kernel mode: the directory holding the QAT driver's <type>_dev<N>.conf files"
+        " (default: /etc below -prefix); the kernel-mode install mounts the host's /etc there",
+    )
     return parser
 
 
 def build_profile(args: argparse.Namespace) -> QatDriverProfile | QatKernelDriverProfile:
     root = Path(args.prefix or "/")
     if args.mode is Mode.KERNEL:
-        return QatKernelDriverProfile(QatKernelPlugin(KernelPaths(root)))
+        config_dir = Path(args.config_dir) if args.config_dir else None
+        return QatKernelDriverProfile(QatKernelPlugin(KernelPaths(root, config_dir)))
     return QatDriverProfile(QatDpdkPlugin(QatPaths(root), dpdk_config(args)))
 
 

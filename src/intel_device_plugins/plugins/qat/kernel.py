@@ -287,6 +287,9 @@ def _problem(subject: str, message: str) -> str:
 @dataclass(frozen=True)
 class KernelPaths:
     root: Path = Path("/")
+    config_dir: Path | None = None
+    """Where the ``<type>_dev<N>.conf`` files are; ``<root>/etc`` by default. A DRA driver pod reads
+    the host's ``/etc`` mounted elsewhere, so that its own ``/etc`` stays the image's."""
 
     @property
     def iommu_class(self) -> Path:
@@ -296,7 +299,7 @@ class KernelPaths:
         return self.root / "sys/bus/pci/drivers" / device.type / device.address / "uio"
 
     def config_file(self, device: AdfDevice) -> Path:
-        return self.root / "etc" / f"{device.type}_{device.id}.conf"
+        return (self.config_dir or self.root / "etc") / f"{device.type}_{device.id}.conf"
 
     def host(self, absolute: str) -> str:
         return str(self.root / absolute.lstrip("/"))
