@@ -1,7 +1,8 @@
 """Unchanged FPGA workloads served by the FPGA DRA driver on a real node, through the FPGA webhook.
 
 A node of its own (``k8stest-dra-fpga-node``: one Arria 10 card whose one port runs NLB0) joins the
-session's control plane. The standalone FPGA webhook runs there from the operator image, installed
+session's control plane. The standalone FPGA webhook runs on the session's node (the one the API
+server reaches pods through) from the operator image, installed
 from ``deploy/webhooks/fpga/self-signed`` with the opt-in ``deviceclasses`` component, so it keeps
 the driver's DeviceClasses in step with the AcceleratorFunctions below. No device plugin serves
 the node: a pod asking for an AcceleratorFunction's name (``fpga.intel.com/arria10.dcp1.2-nlb0``),
@@ -73,11 +74,14 @@ def function(name: str, afu: str, mode: str) -> JSON:
 
 @pytest.fixture(scope="module")
 def fpga_node(
+    real_node: RealNode,
     node_binaries: NodeBinaries,
     node_control_plane: ControlPlane,
     node_images: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RealNode]:
+    """The FPGA card's node; it joins after the session's node, which keeps the API server's way into the
+    cluster (the webhook runs there)."""
     archive = node_image_archive()
     if archive is None:
         _unavailable("no node image archive (node-*.oci.tar): run `make images`")
@@ -106,10 +110,14 @@ def fpga_node(
 
 @pytest.fixture(scope="module")
 def webhook(
-    fpga_node: RealNode, node_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+    real_node: RealNode,
+    fpga_node: RealNode,
+    node_control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[FpgaWebhook]:
-    """The webhook, two AcceleratorFunctions (af and region mode) and the classes it made for them."""
-    installed = install_fpga_webhook(node_control_plane, fpga_node, tmp_path_factory.mktemp("fpga-webhook"))
+    """The webhook (on the session's node, which the API server reaches), two AcceleratorFunctions (af and
+    region mode) and the classes it made for them."""
+    installed = install_fpga_webhook(node_control_plane, real_node, tmp_path_factory.mktemp("fpga-webhook"))
     client = node_control_plane.client()
     try:
         client.create(FUNCTIONS, function(AF_FUNCTION, NLB0, "af"))

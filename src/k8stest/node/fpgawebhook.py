@@ -88,6 +88,11 @@ def install_fpga_webhook(
     root = repo_root()
     if root is None:
         raise FileNotFoundError("deploy/ (k8stest runs from a checkout)")
+    if not node.serves_egress:
+        raise ValueError(
+            f"node {node.name} does not carry the API server's traffic into the cluster: the webhook"
+            " must run on the control plane's first node"
+        )
     if qualified_reference(image(OPERATOR_IMAGE_NAME)) not in set(node.image_names()):
         archive = image_archive("operator")
         if archive is None:
@@ -98,6 +103,21 @@ def install_fpga_webhook(
     fpga = root / "deploy" / "webhooks" / "fpga"
     document = images_kustomization(os.path.relpath(fpga / "self-signed", overlay))
     document["components"] = [os.path.relpath(fpga / "deviceclasses", overlay)]
+    # Only this node holds the image and carries the API server's calls: no other real node may get the pod.
+    document["patches"] = [
+        {
+            "target": {"kind": "Deployment"},
+            "patch": yaml.safe_dump(
+                [
+                    {
+                        "op": "add",
+                        "path": "/spec/template/spec/nodeSelector",
+                        "value": {"kubernetes.io/hostname": node.name},
+                    }
+                ]
+            ),
+        }
+    ]
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(document))
     kubectl = Kubectl(cp.binaries.path("kubectl"), cp.admin_kubeconfig)
     kubectl(

@@ -64,6 +64,9 @@ class RealNode:
     kubelet_port: int
     started_in: float = 0.0
     imported: list[str] = field(default_factory=list)
+    # Whether this node's proxy carries the API server's "cluster" traffic (webhooks, logs, exec): only
+    # the first node of a control plane does, so a pod the API server must reach runs there.
+    serves_egress: bool = False
 
     @property
     def workdir(self) -> Path:
@@ -277,6 +280,7 @@ def start_real_node(
         client_cert_kubeconfig(in_node_server, pki.ca_cert, cert_file, key_file, f"system:node:{cfg.name}")
     )
     creds = proxy_credentials(cp)
+    egress = egress_socket(cp)
     proxy_config = workdir / "proxy.json"
     proxy_config.write_text(
         json.dumps(
@@ -289,7 +293,7 @@ def start_real_node(
                 },
                 "apiserver": {"ip": "127.0.0.1", "port": cp.ports.apiserver},
                 "kubernetes_service": {"ip": KUBERNETES_SERVICE_IP, "port": 443},
-                "egress_socket": str(egress_socket(cp) or ""),
+                "egress_socket": str(egress or ""),
                 "ready_file": str(layout.proxy_ready),
             },
             indent=1,
@@ -411,7 +415,9 @@ def start_real_node(
     except BaseException:
         kill_and_remove_cgroups(layout.cgroup, hierarchies)
         raise
-    node = RealNode(cfg.name, layout, bins, process, hierarchies, kubelet_port)
+    node = RealNode(
+        cfg.name, layout, bins, process, hierarchies, kubelet_port, serves_egress=egress is not None
+    )
     try:
         ready_file = Path(str(plan["ready_file"]))
 
