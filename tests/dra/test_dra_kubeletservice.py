@@ -90,7 +90,7 @@ async def driver(
         **kw,
     )
     paths = SocketPaths.for_instance(root / "registry", root / "plugins", DRIVER, instance)
-    sockets = DriverSockets(paths, DRIVER, service.add_to_server)
+    sockets = DriverSockets(paths, DRIVER, service.handlers())
     await sockets.start()
     try:
         yield Driver(service, sockets, profile, cdi_dir)

@@ -23,13 +23,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import Any
 
-import grpc
-import grpc.aio
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
 from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_document
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError
 from intel_device_plugins.dra.claims import ClaimError, allocated_devices, check_claim_uid
+from intel_device_plugins.dra.grpcserver import Handlers, server_stream, unary
 from intel_device_plugins.dra.model import ClaimRef, HealthState, Inventory, PreparedClaim
 from intel_device_plugins.dra.prepare import files_to_remove, plan_prepare
 from intel_device_plugins.dra.profile import ClaimPreparationError, DriverProfile
@@ -76,7 +77,7 @@ def _claim_error_text(error: BaseException) -> str:
 
 
 class KubeletService:
-    """Serves ``v1.DRAPlugin`` and ``DRAResourceHealth`` for one driver; add it to a grpc.aio server."""
+    """Serves ``v1.DRAPlugin`` and ``DRAResourceHealth`` for one driver (``handlers()`` for a server)."""
 
     def __init__(
         self,
@@ -203,18 +204,15 @@ class KubeletService:
     # Requests arrive decoded by dra.wire, answers leave as its bytes: protobuf's runtime is not loaded.
 
     @staticmethod
-    async def _refs(claims: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]) -> list[ClaimRef]:
+    def _refs(claims: list[ClaimRef]) -> list[ClaimRef]:
         if len(claims) > MAX_CLAIMS_PER_CALL:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{len(claims)} claims in one call, over {MAX_CLAIMS_PER_CALL}",
+            raise GRPCError(
+                Status.INVALID_ARGUMENT, f"{len(claims)} claims in one call, over {MAX_CLAIMS_PER_CALL}"
             )
         return claims
 
-    async def NodePrepareResources(
-        self, request: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> bytes:
-        refs = await self._refs(request, context)
+    async def NodePrepareResources(self, request: list[ClaimRef]) -> bytes:
+        refs = self._refs(request)
         answers: dict[str, Sequence[DeviceAnswer] | str] = {}
         for uid, outcome in (await self.prepare(refs)).items():
             if isinstance(outcome, BaseException):
@@ -232,10 +230,8 @@ class KubeletService:
             ]
         return encode_prepare_response(answers)
 
-    async def NodeUnprepareResources(
-        self, request: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> bytes:
-        refs = await self._refs(request, context)
+    async def NodeUnprepareResources(self, request: list[ClaimRef]) -> bytes:
+        refs = self._refs(request)
         outcomes = self.unprepare(refs).items()
         return encode_unprepare_response(
             {uid: "" if outcome is None else _claim_error_text(outcome) for uid, outcome in outcomes}
@@ -266,24 +262,17 @@ class KubeletService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self._resend)
 
-    async def _watch(
-        self, request: None, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
-        async for message in self.health_stream():
-            yield message
+    def _watch(self, request: None) -> AsyncIterator[bytes]:
+        return self.health_stream()
 
-    def add_to_server(self, server: grpc.aio.Server) -> None:
-        """Register ``v1.DRAPlugin``, ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth``."""
-        plugin = {
-            "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
-                self.NodePrepareResources, request_deserializer=claims_request
-            ),
-            "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
-                self.NodeUnprepareResources, request_deserializer=claims_request
-            ),
-        }
-        handlers = [grpc.method_handlers_generic_handler(DRA_SERVICE, plugin)]
+    def handlers(self) -> Handlers:
+        """``v1.DRAPlugin``, ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth`` for a server."""
+        methods = dict(
+            [
+                unary(DRA_SERVICE, "NodePrepareResources", claims_request, self.NodePrepareResources),
+                unary(DRA_SERVICE, "NodeUnprepareResources", claims_request, self.NodeUnprepareResources),
+            ]
+        )
         for service in HEALTH_SERVICES:
-            watch = grpc.unary_stream_rpc_method_handler(self._watch, request_deserializer=empty)
-            handlers.append(grpc.method_handlers_generic_handler(service, {"NodeWatchResources": watch}))
-        server.add_generic_rpc_handlers(handlers)
+            methods.update([server_stream(service, "NodeWatchResources", empty, self._watch)])
+        return methods
