@@ -8,8 +8,12 @@ answer and costs one ``stat``. Unprepare removes the claim's spec file and its c
 unknown claim is already unprepared.
 
 ``DRAResourceHealth`` (``v1`` and ``v1alpha1``, the same stream): the full health state on open, again
-whenever it changes, and every ``health_resend_interval`` seconds, because the kubelet shows a device
-as ``Unknown`` once 30 s pass without a report naming it.
+whenever it changes, and every ``health_resend_interval`` seconds. The kubelet (1.36 and 1.37,
+``pkg/kubelet/cm/dra/healthinfo.go``) shows a device as ``Unknown`` once its report is older than the
+report's own ``health_check_timeout_seconds`` (30 s when unset), and forgets the whole driver when the
+stream ends. So the timeout guards only against a driver that is alive but stuck: each report says
+``HEALTH_CHECK_TIMEOUT`` and is repeated every third of it, rather than every 10 s against the
+default, which cost the idle driver six wake-ups a minute.
 """
 
 from __future__ import annotations
@@ -40,8 +44,13 @@ from intel_device_plugins.dra.wire import unprepare_response as encode_unprepare
 
 log = logging.getLogger(__name__)
 
-HEALTH_RESEND_INTERVAL = 10.0
-"""Seconds between repeated full health reports; a third of the kubelet's 30 s staleness timeout."""
+HEALTH_CHECK_TIMEOUT = 300
+"""Seconds the kubelet keeps a reported health before showing ``Unknown`` (sent in every report). Also
+how long a device that left the inventory keeps its last health there (it is simply not reported any
+more), so it is minutes, not hours: what a stuck driver or a removed device may leave stale."""
+HEALTH_RESEND_INTERVAL = HEALTH_CHECK_TIMEOUT / 3
+"""Seconds between repeated full health reports: a third of the timeout, so one late or lost report
+never lets a device go ``Unknown``."""
 MAX_HEALTH_MESSAGE = 1024
 """The kubelet truncates longer messages; trimming here keeps the stream's messages small."""
 MAX_CLAIMS_PER_CALL = 1024
@@ -252,7 +261,7 @@ class KubeletService:
         changed.set()
 
     def _health_message(self) -> bytes:
-        return health_response(self.node_name, self._health, int(time.time()))
+        return health_response(self.node_name, self._health, int(time.time()), HEALTH_CHECK_TIMEOUT)
 
     async def health_stream(self) -> AsyncIterator[bytes]:
         """The stream's messages, encoded: now, on every change, and periodically."""

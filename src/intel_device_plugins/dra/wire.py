@@ -103,14 +103,18 @@ def unprepare_response(claims: Mapping[str, str]) -> bytes:
     )
 
 
-def health_response(pool: str, devices: Iterable[tuple[str, HealthState, str]], now: int) -> bytes:
-    """``NodeWatchResourcesResponse`` (v1 and v1alpha1 alike): every device's health at ``now``."""
+def health_response(
+    pool: str, devices: Iterable[tuple[str, HealthState, str]], now: int, timeout_seconds: int = 0
+) -> bytes:
+    """``NodeWatchResourcesResponse`` (v1 and v1alpha1 alike): every device's health at ``now``, each
+    valid for ``timeout_seconds`` (``health_check_timeout_seconds``; 0 leaves the kubelet's 30 s)."""
     return b"".join(
         _bytes(
             1,
             _bytes(1, _string(1, pool) + _string(2, name))
             + _integer(2, HEALTH_CODES[state])
             + _integer(3, now)
+            + _integer(4, timeout_seconds)
             + _string(5, message),
         )
         for name, state, message in devices
