@@ -85,17 +85,18 @@ async def read_request(stream: Stream[Any, Any], decode: Decode, limit: int = MA
 
 
 class Calls:
-    """Counts running unary calls, so a stop can let them finish (graceful stop, as grpcio's grace)."""
+    """Running calls, for a graceful stop as grpcio's ``stop(grace)``: unary calls may finish, streams
+    (the health watch, which never finishes) end at once with ``UNAVAILABLE``, new calls are refused."""
 
     def __init__(self) -> None:
         self.running = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self.closing = False
+        self.stopping = asyncio.Event()
 
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
-        if self.closing:
+        if self.stopping.is_set():
             raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
         self.running += 1
         self._idle.clear()
@@ -106,8 +107,27 @@ class Calls:
             if not self.running:
                 self._idle.set()
 
+    async def until_stopping(self, work: Awaitable[None]) -> None:
+        """Run a stream's ``work`` until it ends or the server stops; then the call ends with a status
+        (a cancelled grpclib handler would leave the stream open without one)."""
+        if self.stopping.is_set():
+            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+        task.result()
+
     async def drained(self, grace: float) -> None:
-        self.closing = True
+        self.stopping.set()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), grace)
 
@@ -146,18 +166,22 @@ class _Servable:
 
 
 def _counted(handlers: Handlers, calls: Calls) -> dict[str, Handler]:
-    """Unary calls counted for the graceful stop; streams (health) are ended by the stop itself."""
+    """Unary calls counted for the graceful stop; streams (health) ended by it."""
     counted = {}
     for path, handler in handlers.items():
+        inner = handler.func
         if handler.cardinality is Cardinality.UNARY_UNARY:
-            inner = handler.func
 
             async def handle(stream: Stream[Any, Any], inner: Any = inner) -> None:
                 with calls.call():
                     await inner(stream)
 
-            handler = handler._replace(func=handle)
-        counted[path] = handler
+        else:
+
+            async def handle(stream: Stream[Any, Any], inner: Any = inner) -> None:
+                await calls.until_stopping(inner(stream))
+
+        counted[path] = handler._replace(func=handle)
     return counted
 
 
