@@ -7,7 +7,7 @@ idle GPU DRA driver beside the idle plugin"). Messages are encoded by :mod:`inte
 so the codec here passes bytes through and neither protobuf's runtime nor grpcio is loaded.
 
 Bounds: grpclib buffers a whole message before decoding it and offers no limit of its own, so a
-request is read here frame by frame: its 5-byte gRPC prefix first, and a message announced longer
+request is read here in two steps: its 5-byte gRPC prefix first, and a message announced longer
 than ``MAX_REQUEST_BYTES`` is refused (``RESOURCE_EXHAUSTED``) before any of it is read. What the peer
 can push unread is bounded by HTTP/2 flow control (``WINDOW_BYTES`` per connection and per stream);
 header lists (64 KiB) and concurrent streams per connection (100) by h2's defaults.
