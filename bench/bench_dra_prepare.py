@@ -8,7 +8,8 @@ D`` where the CDI specs go (default: a temporary directory under /dev/shm, a tmp
 
 The driver is the framework's :class:`KubeletService` in its own process, serving a 16-card profile
 with the default claim edits, and one extra method, ``/bench.Floor/Empty`` (raw empty bytes), on the
-same grpc.aio server and socket: the floor every call to that server pays. The client takes turns call
+same grpclib server and socket: the floor every call to that server pays. The client is grpcio, as
+the kubelet's is grpc-go. The client takes turns call
 by call (see ``bench/plugin_bench.py``, "Why interleaving") over four calls per round:
 
 - floor: the empty call;
@@ -45,9 +46,11 @@ from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Mount
 from intel_device_plugins.dra.api import dra_v1_pb2 as pb
 from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.checkpoint import Checkpoint, is_volatile
+from intel_device_plugins.dra.grpcserver import UnixServer, unary
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import AllocatedDevice, Device, Inventory
 from intel_device_plugins.dra.profile import default_claim_edits
+from intel_device_plugins.dra.wire import empty
 
 DRIVER = "gpu.intel.com"
 NODE = "bench-node"
@@ -125,23 +128,16 @@ async def serve(workdir: Path, cdi_dir: Path) -> None:
         Checkpoint.for_driver(workdir / "plugins", DRIVER, sync_appends=not is_volatile(cdi_dir)),
         cdi_dir,
     )
-    server = grpc.aio.server()
-    service.add_to_server(server)
 
-    async def empty(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    async def nothing(request: None) -> bytes:
         return b""
 
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                "bench.Floor", {"Empty": grpc.unary_unary_rpc_method_handler(empty)}
-            ),
-        )
+    # The floor goes through the same grpclib server, codec and request reader as the DRA methods.
+    server = UnixServer(
+        workdir / "dra.sock", {**service.handlers(), **dict([unary("bench.Floor", "Empty", empty, nothing)])}
     )
-    socket_path = workdir / "dra.sock"
-    server.add_insecure_port(f"unix://{socket_path}")
     await server.start()
-    await server.wait_for_termination()
+    await asyncio.Event().wait()
 
 
 @contextlib.asynccontextmanager

@@ -26,7 +26,11 @@ from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2_grpc as health_
 from intel_device_plugins.dra.api import dra_v1_pb2 as pb
 from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.checkpoint import Checkpoint
-from intel_device_plugins.dra.kubeletservice import KubeletService
+from intel_device_plugins.dra.kubeletservice import (
+    HEALTH_CHECK_TIMEOUT,
+    HEALTH_RESEND_INTERVAL,
+    KubeletService,
+)
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
 from tests.dra.draclaims import DRIVER, NODE, Profile, claim, device, inventory, result
@@ -90,7 +94,7 @@ async def driver(
         **kw,
     )
     paths = SocketPaths.for_instance(root / "registry", root / "plugins", DRIVER, instance)
-    sockets = DriverSockets(paths, DRIVER, service.add_to_server)
+    sockets = DriverSockets(paths, DRIVER, service.handlers())
     await sockets.start()
     try:
         yield Driver(service, sockets, profile, cdi_dir)
@@ -263,6 +267,11 @@ async def test_health_stream_sends_full_state_then_changes(root: Path) -> None:
                 ("card1", module.UNHEALTHY, "hang"),
             ]
             assert all(h.last_updated_time > 0 for h in second.devices)
+            # The kubelet keeps each report this long (not its 30 s default): the resend can be rare.
+            assert {h.health_check_timeout_seconds for h in (*first.devices, *second.devices)} == {
+                HEALTH_CHECK_TIMEOUT
+            }
+            assert HEALTH_RESEND_INTERVAL <= HEALTH_CHECK_TIMEOUT / 3
             stream.cancel()
 
 

@@ -98,7 +98,7 @@ async def test_two_instances_serve_side_by_side_and_remove_only_their_own_socket
             Profile(), Profile().scan, claims, NODE, Checkpoint.for_driver(root / "p", DRIVER), root / "cdi"
         )
         sockets = DriverSockets(
-            SocketPaths.for_instance(root / "r", root / "p", DRIVER, uid), DRIVER, service.add_to_server
+            SocketPaths.for_instance(root / "r", root / "p", DRIVER, uid), DRIVER, service.handlers()
         )
         await sockets.start()
         instances.append(sockets)
@@ -128,7 +128,7 @@ async def test_two_instances_serve_side_by_side_and_remove_only_their_own_socket
 async def test_refused_registration_is_recorded(root: Path) -> None:
     heard: list[RegistrationStatus] = []
     paths = SocketPaths.for_instance(root / "r", root / "p", DRIVER)
-    sockets = DriverSockets(paths, DRIVER, lambda server: None, on_status=heard.append)
+    sockets = DriverSockets(paths, DRIVER, {}, on_status=heard.append)
     await sockets.start()
     try:
         async with grpc.aio.insecure_channel(f"unix://{sockets.paths.registrar}") as channel:

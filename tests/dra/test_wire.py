@@ -65,14 +65,21 @@ def test_an_unprepare_answer_reads_back_through_protobuf() -> None:
 def test_health_reads_back_in_both_packages(module: object) -> None:
     devices = [("card0", HealthState.HEALTHY, ""), ("card1", HealthState.UNHEALTHY, "gt hung")]
     answer = module.NodeWatchResourcesResponse.FromString(  # type: ignore[attr-defined]
-        wire.health_response("node", devices, 1_700_000_000)
+        wire.health_response("node", devices, 1_700_000_000, 300)
     )
     assert [
-        (d.device.pool_name, d.device.device_name, d.health, d.last_updated_time, d.message)
+        (
+            d.device.pool_name,
+            d.device.device_name,
+            d.health,
+            d.last_updated_time,
+            d.health_check_timeout_seconds,
+            d.message,
+        )
         for d in answer.devices
     ] == [
-        ("node", "card0", module.HEALTHY, 1_700_000_000, ""),  # type: ignore[attr-defined]
-        ("node", "card1", module.UNHEALTHY, 1_700_000_000, "gt hung"),  # type: ignore[attr-defined]
+        ("node", "card0", module.HEALTHY, 1_700_000_000, 300, ""),  # type: ignore[attr-defined]
+        ("node", "card1", module.UNHEALTHY, 1_700_000_000, 300, "gt hung"),  # type: ignore[attr-defined]
     ]
 
 

@@ -362,7 +362,7 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: RestClient) 
         service = KubeletService(profile, inventory, get_claim, config.node_name, checkpoint, config.cdi_root)
         return DriverParts(
             publisher=SlicePublisher(client, driver, config.node_name),
-            kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.add_to_server)),
+            kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.handlers())),
         )
 
     return build

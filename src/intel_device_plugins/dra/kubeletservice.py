@@ -8,8 +8,12 @@ answer and costs one ``stat``. Unprepare removes the claim's spec file and its c
 unknown claim is already unprepared.
 
 ``DRAResourceHealth`` (``v1`` and ``v1alpha1``, the same stream): the full health state on open, again
-whenever it changes, and every ``health_resend_interval`` seconds, because the kubelet shows a device
-as ``Unknown`` once 30 s pass without a report naming it.
+whenever it changes, and every ``health_resend_interval`` seconds. The kubelet (1.36 and 1.37,
+``pkg/kubelet/cm/dra/healthinfo.go``) shows a device as ``Unknown`` once its report is older than the
+report's own ``health_check_timeout_seconds`` (30 s when unset), and forgets the whole driver when the
+stream ends. So the timeout guards only against a driver that is alive but stuck: each report says
+``HEALTH_CHECK_TIMEOUT`` and is repeated every third of it, rather than every 10 s against the
+default, which cost the idle driver six wake-ups a minute.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import Any
 
-import grpc
-import grpc.aio
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
 from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_document
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError
 from intel_device_plugins.dra.claims import ClaimError, allocated_devices, check_claim_uid
+from intel_device_plugins.dra.grpcserver import Handlers, server_stream, unary
 from intel_device_plugins.dra.model import ClaimRef, HealthState, Inventory, PreparedClaim
 from intel_device_plugins.dra.prepare import files_to_remove, plan_prepare
 from intel_device_plugins.dra.profile import ClaimPreparationError, DriverProfile
@@ -39,8 +44,13 @@ from intel_device_plugins.dra.wire import unprepare_response as encode_unprepare
 
 log = logging.getLogger(__name__)
 
-HEALTH_RESEND_INTERVAL = 10.0
-"""Seconds between repeated full health reports; a third of the kubelet's 30 s staleness timeout."""
+HEALTH_CHECK_TIMEOUT = 300
+"""Seconds the kubelet keeps a reported health before showing ``Unknown`` (sent in every report). Also
+how long a device that left the inventory keeps its last health there (it is simply not reported any
+more), so it is minutes, not hours: what a stuck driver or a removed device may leave stale."""
+HEALTH_RESEND_INTERVAL = HEALTH_CHECK_TIMEOUT / 3
+"""Seconds between repeated full health reports: a third of the timeout, so one late or lost report
+never lets a device go ``Unknown``."""
 MAX_HEALTH_MESSAGE = 1024
 """The kubelet truncates longer messages; trimming here keeps the stream's messages small."""
 MAX_CLAIMS_PER_CALL = 1024
@@ -76,7 +86,7 @@ def _claim_error_text(error: BaseException) -> str:
 
 
 class KubeletService:
-    """Serves ``v1.DRAPlugin`` and ``DRAResourceHealth`` for one driver; add it to a grpc.aio server."""
+    """Serves ``v1.DRAPlugin`` and ``DRAResourceHealth`` for one driver (``handlers()`` for a server)."""
 
     def __init__(
         self,
@@ -203,18 +213,15 @@ class KubeletService:
     # Requests arrive decoded by dra.wire, answers leave as its bytes: protobuf's runtime is not loaded.
 
     @staticmethod
-    async def _refs(claims: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]) -> list[ClaimRef]:
+    def _refs(claims: list[ClaimRef]) -> list[ClaimRef]:
         if len(claims) > MAX_CLAIMS_PER_CALL:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{len(claims)} claims in one call, over {MAX_CLAIMS_PER_CALL}",
+            raise GRPCError(
+                Status.INVALID_ARGUMENT, f"{len(claims)} claims in one call, over {MAX_CLAIMS_PER_CALL}"
             )
         return claims
 
-    async def NodePrepareResources(
-        self, request: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> bytes:
-        refs = await self._refs(request, context)
+    async def NodePrepareResources(self, request: list[ClaimRef]) -> bytes:
+        refs = self._refs(request)
         answers: dict[str, Sequence[DeviceAnswer] | str] = {}
         for uid, outcome in (await self.prepare(refs)).items():
             if isinstance(outcome, BaseException):
@@ -232,10 +239,8 @@ class KubeletService:
             ]
         return encode_prepare_response(answers)
 
-    async def NodeUnprepareResources(
-        self, request: list[ClaimRef], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> bytes:
-        refs = await self._refs(request, context)
+    async def NodeUnprepareResources(self, request: list[ClaimRef]) -> bytes:
+        refs = self._refs(request)
         outcomes = self.unprepare(refs).items()
         return encode_unprepare_response(
             {uid: "" if outcome is None else _claim_error_text(outcome) for uid, outcome in outcomes}
@@ -256,7 +261,7 @@ class KubeletService:
         changed.set()
 
     def _health_message(self) -> bytes:
-        return health_response(self.node_name, self._health, int(time.time()))
+        return health_response(self.node_name, self._health, int(time.time()), HEALTH_CHECK_TIMEOUT)
 
     async def health_stream(self) -> AsyncIterator[bytes]:
         """The stream's messages, encoded: now, on every change, and periodically."""
@@ -266,24 +271,17 @@ class KubeletService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self._resend)
 
-    async def _watch(
-        self, request: None, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
-        async for message in self.health_stream():
-            yield message
+    def _watch(self, request: None) -> AsyncIterator[bytes]:
+        return self.health_stream()
 
-    def add_to_server(self, server: grpc.aio.Server) -> None:
-        """Register ``v1.DRAPlugin``, ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth``."""
-        plugin = {
-            "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
-                self.NodePrepareResources, request_deserializer=claims_request
-            ),
-            "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
-                self.NodeUnprepareResources, request_deserializer=claims_request
-            ),
-        }
-        handlers = [grpc.method_handlers_generic_handler(DRA_SERVICE, plugin)]
+    def handlers(self) -> Handlers:
+        """``v1.DRAPlugin``, ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth`` for a server."""
+        methods = dict(
+            [
+                unary(DRA_SERVICE, "NodePrepareResources", claims_request, self.NodePrepareResources),
+                unary(DRA_SERVICE, "NodeUnprepareResources", claims_request, self.NodeUnprepareResources),
+            ]
+        )
         for service in HEALTH_SERVICES:
-            watch = grpc.unary_stream_rpc_method_handler(self._watch, request_deserializer=empty)
-            handlers.append(grpc.method_handlers_generic_handler(service, {"NodeWatchResources": watch}))
-        server.add_generic_rpc_handlers(handlers)
+            methods.update([server_stream(service, "NodeWatchResources", empty, self._watch)])
+        return methods

@@ -21,11 +21,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import grpc
-import grpc.aio
-
+from intel_device_plugins.dra.grpcserver import Handlers, UnixServer, unary
 from intel_device_plugins.dra.wire import empty, plugin_info, registration_status
 
 log = logging.getLogger(__name__)
@@ -147,12 +144,10 @@ class RegistrationService:
         self.statuses: list[RegistrationStatus] = []
         self._on_status = on_status
 
-    async def GetInfo(self, request: None, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+    async def GetInfo(self, request: None) -> bytes:
         return plugin_info(PLUGIN_TYPE, self.driver, os.fspath(self.endpoint), self.supported_services)
 
-    async def NotifyRegistrationStatus(
-        self, request: tuple[bool, str], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> bytes:
+    async def NotifyRegistrationStatus(self, request: tuple[bool, str]) -> bytes:
         registered, error = request
         status = RegistrationStatus(registered=registered, error=error)
         # The kubelet calls this once per registration; keeping the last few is enough to diagnose.
@@ -165,31 +160,18 @@ class RegistrationService:
             self._on_status(status)
         return b""  # RegistrationStatusResponse has no fields
 
-    def add_to_server(self, server: grpc.aio.Server) -> None:
-        methods = {
-            "GetInfo": grpc.unary_unary_rpc_method_handler(self.GetInfo, request_deserializer=empty),
-            "NotifyRegistrationStatus": grpc.unary_unary_rpc_method_handler(
-                self.NotifyRegistrationStatus, request_deserializer=registration_status
-            ),
-        }
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(REGISTRATION_SERVICE, methods)])
-
-
-def _remove_socket(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as error:
-        log.warning("cannot remove socket %s: %s", path, error)
-
-
-async def _serve(path: Path, add: Callable[[grpc.aio.Server], None]) -> grpc.aio.Server:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-    _remove_socket(path)  # a stale file of this same instance (a restart keeps the pod UID)
-    server = grpc.aio.server()
-    add(server)
-    server.add_insecure_port(f"unix://{os.fspath(path)}")
-    await server.start()
-    return server
+    def handlers(self) -> Handlers:
+        return dict(
+            [
+                unary(REGISTRATION_SERVICE, "GetInfo", empty, self.GetInfo),
+                unary(
+                    REGISTRATION_SERVICE,
+                    "NotifyRegistrationStatus",
+                    registration_status,
+                    self.NotifyRegistrationStatus,
+                ),
+            ]
+        )
 
 
 class DriverSockets:
@@ -200,26 +182,23 @@ class DriverSockets:
         self,
         paths: SocketPaths,
         driver: str,
-        add_services: Callable[[grpc.aio.Server], None],
+        services: Handlers,
         on_status: Callable[[RegistrationStatus], None] | None = None,
     ) -> None:
         self.paths = paths
         self.registration = RegistrationService(driver, paths.plugin, on_status=on_status)
-        self._add_services = add_services
-        self._servers: list[tuple[Path, grpc.aio.Server]] = []
+        self._services = services
+        self._servers: list[UnixServer] = []
 
     async def start(self) -> None:
         try:
-            self._servers.append((self.paths.plugin, await _serve(self.paths.plugin, self._add_services)))
-            self._servers.append(
-                (
-                    self.paths.registrar,
-                    await _serve(
-                        self.paths.registrar,
-                        self.registration.add_to_server,
-                    ),
-                )
-            )
+            for path, handlers in (
+                (self.paths.plugin, self._services),
+                (self.paths.registrar, self.registration.handlers()),
+            ):
+                server = UnixServer(path, handlers)
+                await server.start()
+                self._servers.append(server)
         except BaseException:
             await self.stop()
             raise
@@ -228,6 +207,4 @@ class DriverSockets:
         """Stop serving and remove this instance's own sockets (the registration one first: the kubelet
         then drops the registration and stops calling)."""
         while self._servers:
-            path, server = self._servers.pop()
-            _remove_socket(path)
-            await server.stop(grace)
+            await self._servers.pop().stop(grace)

@@ -3,13 +3,13 @@
 Why: the driver's gRPC services take and give eight small messages (claims in, devices and errors out,
 device health, the registration's two), and loading protobuf's runtime and descriptor pool for them
 costs a driver about 2 MiB of resident memory (docs/performance.md, "The idle GPU DRA driver beside the
-idle plugin"). grpcio serves raw bytes through its generic handlers; this module turns them into
-this framework's types and back. The generated classes in ``dra/api`` stay the reference: the tests
+idle plugin"). The gRPC servers (``dra/grpcserver.py``, grpclib) pass raw bytes; this module turns
+them into this framework's types and back. The generated classes in ``dra/api`` stay the reference: the tests
 speak to these services through them, so a field encoded wrongly fails there.
 
 Decoding is strict about the framing (truncated or overlong fields, bad varints, wire types that do not
 match the field) and skips fields it does not know, as protobuf does; nesting and sizes are bounded by
-gRPC's message limit (4 MiB by default) before any byte gets here.
+the servers' request limit (``grpcserver.MAX_REQUEST_BYTES``, 4 MiB) before any byte gets here.
 """
 
 from __future__ import annotations
@@ -103,14 +103,18 @@ def unprepare_response(claims: Mapping[str, str]) -> bytes:
     )
 
 
-def health_response(pool: str, devices: Iterable[tuple[str, HealthState, str]], now: int) -> bytes:
-    """``NodeWatchResourcesResponse`` (v1 and v1alpha1 alike): every device's health at ``now``."""
+def health_response(
+    pool: str, devices: Iterable[tuple[str, HealthState, str]], now: int, timeout_seconds: int = 0
+) -> bytes:
+    """``NodeWatchResourcesResponse`` (v1 and v1alpha1 alike): every device's health at ``now``, each
+    valid for ``timeout_seconds`` (``health_check_timeout_seconds``; 0 leaves the kubelet's 30 s)."""
     return b"".join(
         _bytes(
             1,
             _bytes(1, _string(1, pool) + _string(2, name))
             + _integer(2, HEALTH_CODES[state])
             + _integer(3, now)
+            + _integer(4, timeout_seconds)
             + _string(5, message),
         )
         for name, state, message in devices

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import shlex
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from intel_device_plugins.deviceplugin.cli import (
@@ -26,6 +26,7 @@ from intel_device_plugins.deviceplugin.cli import (
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.logconfig import configure_logging
+from intel_device_plugins.plugins.kindspec import split_kind_spec
 
 KINDS: Mapping[str, str] = MappingProxyType(
     {
@@ -56,22 +57,6 @@ def _common_argv(args: argparse.Namespace) -> list[str]:
     if args.uevent_dir is not None:
         argv += ["-uevent-dir", args.uevent_dir]
     return argv
-
-
-def split_kind_spec(
-    spec: str, option: str, kinds: Mapping[str, str], common: Collection[str], parser: GoFlagParser
-) -> tuple[str, list[str]]:
-    """``'qat -dpdk-driver vfio-pci'`` → (kind, its flags). An unknown kind or a flag given once for all
-    kinds (``common``) is reported through ``parser`` (exit code 2), naming the ``option`` value; the
-    device-plugin and DRA combined processes share this convention."""
-    words = shlex.split(spec)
-    if not words or words[0] not in kinds:
-        parser.error(f"{option} {spec!r}: unknown kind; known kinds: {', '.join(kinds)}")
-    for word in words[1:]:
-        name = word.lstrip("-").split("=", 1)[0]
-        if word.startswith("-") and name in common:
-            parser.error(f"{option} {spec!r}: -{name} is common to all kinds; give it before {option}")
-    return words[0], words[1:]
 
 
 def build_kind(spec: str, common: Sequence[str], parser: GoFlagParser) -> Sequence[Scanner]:

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from intel_device_plugins.dra.cli import SHARED_FLAGS, new_driver_parser, run_drivers_command, shared_argv
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.flags import GoFlagParser
-from intel_device_plugins.plugins.combined import split_kind_spec
+from intel_device_plugins.plugins.kindspec import split_kind_spec
 
 PROGRAM = "intel_dra_drivers"
 

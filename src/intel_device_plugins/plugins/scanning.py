@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from intel_device_plugins.deviceplugin.cli import GoFlagParser
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
-from intel_device_plugins.flags import MAX_SHARED_DEV_NUM, shared_dev_num
+from intel_device_plugins.flags import MAX_SHARED_DEV_NUM, GoFlagParser, shared_dev_num
 from intel_device_plugins.plugins.flagnames import SHARED_DEV_NUM
 
 PCI_ID = re.compile(r"^0x[0-9a-fA-F]{4}$")

@@ -8,22 +8,17 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_plugin_command
-from intel_device_plugins.plugins.flagnames import FPGA_MODE
 from intel_device_plugins.plugins.fpga.discovery import Mode
+from intel_device_plugins.plugins.fpga.flags import add_mode_flag
 from intel_device_plugins.plugins.fpga.nodemode import effective_mode, read_node_annotations
 from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
 
 log = logging.getLogger(__name__)
 
+__all__ = ["add_mode_flag", "build_parser", "build_plugins", "resolve_mode"]
+
 AnnotationReader = Callable[[str, str, str], Mapping[str, str]]
 """(node name, kubeconfig, master) → the node's annotations; raises when they cannot be read."""
-
-
-def add_mode_flag(parser: GoFlagParser) -> None:
-    """``-mode``, shared by the device plugin and the DRA driver."""
-    parser.add_flag(
-        FPGA_MODE, type=Mode, choices=list(Mode), default=Mode.AF, help="af, region or regiondevel"
-    )
 
 
 def build_parser() -> GoFlagParser:

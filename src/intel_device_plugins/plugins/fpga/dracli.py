@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 from intel_device_plugins.dra.cli import new_driver_parser, run_driver_command
 from intel_device_plugins.flags import GoFlagParser
-from intel_device_plugins.plugins.fpga.cli import add_mode_flag
 from intel_device_plugins.plugins.fpga.discovery import Mode
 from intel_device_plugins.plugins.fpga.dra import FpgaDriverProfile
+from intel_device_plugins.plugins.fpga.flags import add_mode_flag
 
 PROGRAM = "intel_fpga_dra_driver"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from intel_device_plugins.dra.cli import new_driver_parser, run_driver_command
 from intel_device_plugins.flags import GoFlagParser
-from intel_device_plugins.plugins.qat.cli import Mode, add_vf_flags, dpdk_config
 from intel_device_plugins.plugins.qat.discovery import QatPaths
 from intel_device_plugins.plugins.qat.dra import QatDriverProfile, QatKernelDriverProfile
+from intel_device_plugins.plugins.qat.flags import Mode, add_vf_flags, dpdk_config
 from intel_device_plugins.plugins.qat.kernel import KernelPaths
 from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlugin
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intel_device_plugins.deviceplugin.cli import GoFlagParser
+from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.sysfs import list_dir, prefixed, read_int
 

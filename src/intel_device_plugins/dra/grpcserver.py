@@ -1,0 +1,227 @@
+"""The DRA driver's gRPC servers: grpclib over unix sockets, with raw bytes in and out.
+
+Why grpclib and not grpcio: a driver serves a handful of small calls from the kubelet, and grpcio's
+core (``cygrpc``) is about 10 MiB of resident memory in every process that imports it, against about
+3 MiB for grpclib and its HTTP/2 stack, which are pure Python on asyncio (docs/performance.md, "The
+idle GPU DRA driver beside the idle plugin"). Messages are encoded by :mod:`intel_device_plugins.dra.wire`,
+so the codec here passes bytes through and neither protobuf's runtime nor grpcio is loaded.
+
+Bounds: grpclib buffers a whole message before decoding it and offers no limit of its own, so a
+request is read here in two steps: its 5-byte gRPC prefix first, and a message announced longer
+than ``MAX_REQUEST_BYTES`` is refused (``RESOURCE_EXHAUSTED``) before any of it is read. What the peer
+can push unread is bounded by HTTP/2 flow control (``WINDOW_BYTES`` per connection and per stream);
+header lists (64 KiB) and concurrent streams per connection (100) by h2's defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from grpclib.config import Configuration
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.encoding.base import CodecBase
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server, Stream
+
+from intel_device_plugins.dra.wire import WireError
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
+"""gRPC's usual default; a pod's claims fit in a small fraction of it."""
+WINDOW_BYTES: Final = 1024 * 1024
+"""HTTP/2 receive window per connection and per stream: what a peer may send before it is read."""
+_PREFIX = struct.Struct(">?I")
+
+Handlers = Mapping[str, Handler]
+"""``/<service>/<method>`` → grpclib handler, as :func:`unary` and :func:`server_stream` make them."""
+Decode = Callable[[bytes], Any]
+
+
+class RawCodec(CodecBase):
+    """Messages are bytes already (``dra.wire``); announced as ``proto``, which is what they are."""
+
+    @property
+    def __content_subtype__(self) -> str:
+        return "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        if not isinstance(message, bytes):
+            raise TypeError(f"a reply must be encoded bytes, not {type(message).__name__}")
+        return message
+
+    def decode(self, data: bytes, message_type: Any) -> bytes:
+        return data
+
+
+async def read_request(stream: Stream[Any, Any], decode: Decode, limit: int = MAX_REQUEST_BYTES) -> Any:
+    """The call's one request message, decoded; refused unread when it is announced over ``limit``.
+
+    grpclib's own ``recv_message`` reads any announced length into memory, so this reads the frame
+    through the stream's HTTP/2 side (``Stream._stream``, grpclib's attribute for it; the version
+    is pinned in uv.lock and the tests send an oversized request).
+    """
+    raw = stream._stream
+    prefix = await raw.recv_data(_PREFIX.size)
+    if len(prefix) != _PREFIX.size:
+        raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
+    compressed, size = _PREFIX.unpack(prefix)
+    if compressed:
+        raise GRPCError(Status.UNIMPLEMENTED, "compressed messages are not accepted")
+    if size > limit:
+        raise GRPCError(Status.RESOURCE_EXHAUSTED, f"request of {size} bytes is over the limit of {limit}")
+    data = await raw.recv_data(size) if size else b""
+    try:
+        return decode(data)
+    except WireError as error:
+        raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from error
+
+
+class Calls:
+    """Running calls, for a graceful stop as grpcio's ``stop(grace)``: unary calls may finish, streams
+    (the health watch, which never finishes) end at once with ``UNAVAILABLE``, new calls are refused."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.stopping = asyncio.Event()
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        if self.stopping.is_set():
+            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+        self.running += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.running -= 1
+            if not self.running:
+                self._idle.set()
+
+    async def until_stopping(self, work: Awaitable[None]) -> None:
+        """Run a stream's ``work`` until it ends or the server stops; then the call ends with a status
+        (a cancelled grpclib handler would leave the stream open without one)."""
+        if self.stopping.is_set():
+            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+        task.result()
+
+    async def drained(self, grace: float) -> None:
+        self.stopping.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), grace)
+
+
+def unary(
+    service: str, method: str, decode: Decode, call: Callable[[Any], Awaitable[bytes]]
+) -> tuple[str, Handler]:
+    """A unary method: ``await call(decoded request)`` gives the encoded reply; ``GRPCError`` aborts."""
+
+    async def handle(stream: Stream[Any, Any]) -> None:
+        request = await read_request(stream, decode)
+        await stream.send_message(await call(request))
+
+    return f"/{service}/{method}", Handler(handle, Cardinality.UNARY_UNARY, bytes, bytes)
+
+
+def server_stream(
+    service: str, method: str, decode: Decode, messages: Callable[[Any], AsyncIterator[bytes]]
+) -> tuple[str, Handler]:
+    """A server-streaming method: every message ``messages(decoded request)`` yields is sent."""
+
+    async def handle(stream: Stream[Any, Any]) -> None:
+        request = await read_request(stream, decode)
+        async for message in messages(request):
+            await stream.send_message(message)
+
+    return f"/{service}/{method}", Handler(handle, Cardinality.UNARY_STREAM, bytes, bytes)
+
+
+class _Servable:
+    def __init__(self, handlers: Handlers) -> None:
+        self._handlers = dict(handlers)
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return self._handlers
+
+
+def _counted(handlers: Handlers, calls: Calls) -> dict[str, Handler]:
+    """Unary calls counted for the graceful stop; streams (health) ended by it."""
+    counted = {}
+    for path, handler in handlers.items():
+        inner = handler.func
+        if handler.cardinality is Cardinality.UNARY_UNARY:
+
+            async def handle(stream: Stream[Any, Any], inner: Any = inner) -> None:
+                with calls.call():
+                    await inner(stream)
+
+        else:
+
+            async def handle(stream: Stream[Any, Any], inner: Any = inner) -> None:
+                await calls.until_stopping(inner(stream))
+
+        counted[path] = handler._replace(func=handle)
+    return counted
+
+
+def remove_socket(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        log.warning("cannot remove socket %s: %s", path, error)
+
+
+class UnixServer:
+    """One grpclib server on one unix socket; the socket file is this instance's and goes with it."""
+
+    def __init__(self, path: Path, handlers: Handlers) -> None:
+        self.path = path
+        self._handlers = handlers
+        self._calls = Calls()
+        self._server: Server | None = None
+
+    async def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        remove_socket(self.path)  # a stale file of this same instance (a restart keeps the pod UID)
+        # Built here, on the running loop (grpclib takes the current loop when constructed).
+        server = Server(
+            [_Servable(_counted(self._handlers, self._calls))],
+            codec=RawCodec(),
+            config=Configuration(
+                http2_connection_window_size=WINDOW_BYTES, http2_stream_window_size=WINDOW_BYTES
+            ),
+        )
+        await server.start(path=os.fspath(self.path))
+        self._server = server
+
+    async def stop(self, grace: float) -> None:
+        """Remove the socket (no new connections find it), let running calls finish for up to
+        ``grace`` seconds (new ones are refused), then cancel what is left and close."""
+        remove_socket(self.path)
+        if self._server is None:
+            return
+        await self._calls.drained(grace)
+        self._server.close()
+        await self._server.wait_closed()
+        self._server = None

@@ -1,0 +1,126 @@
+"""The grpclib server shell, called by a grpcio client as the kubelet's grpc-go calls it: bounds,
+error statuses and the graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+
+from intel_device_plugins.dra.api import dra_v1_pb2 as pb
+from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
+from intel_device_plugins.dra.grpcserver import MAX_REQUEST_BYTES, UnixServer, server_stream, unary
+from intel_device_plugins.dra.kubeletservice import DRA_SERVICE, MAX_CLAIMS_PER_CALL
+from intel_device_plugins.dra.model import ClaimRef
+from intel_device_plugins.dra.wire import claims_request, empty
+
+ECHO = "/test.Echo/Call"
+
+
+async def _echo(request: bytes) -> bytes:
+    return request
+
+
+def _raw(data: bytes) -> bytes:
+    return data
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[UnixServer, grpc.aio.Channel]]:
+    path = tmp_path / "d" / "s.sock"
+    server = UnixServer(path, dict([unary("test.Echo", "Call", _raw, _echo)]))
+    await server.start()
+    async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
+        yield server, channel
+    await server.stop(grace=0)
+
+
+async def test_a_request_over_the_limit_is_refused(
+    served: tuple[UnixServer, grpc.aio.Channel],
+) -> None:
+    _, channel = served
+    call = channel.unary_unary(ECHO, request_serializer=None, response_deserializer=None)
+    assert await call(b"x" * 1000, timeout=5) == b"x" * 1000
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(b"x" * (MAX_REQUEST_BYTES + 1), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "over the limit" in (caught.value.details() or "")
+    assert await call(b"ok", timeout=5) == b"ok"  # the connection still serves
+
+
+async def test_undecodable_and_oversized_claim_lists_are_invalid_arguments(tmp_path: Path) -> None:
+    async def prepare(refs: list[ClaimRef]) -> bytes:
+        from intel_device_plugins.dra.kubeletservice import KubeletService
+
+        KubeletService._refs(refs)
+        return b""
+
+    path = tmp_path / "dra.sock"
+    server = UnixServer(path, dict([unary(DRA_SERVICE, "NodePrepareResources", claims_request, prepare)]))
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
+            raw = channel.unary_unary(
+                f"/{DRA_SERVICE}/NodePrepareResources", request_serializer=None, response_deserializer=None
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await raw(b"\x0a\x05abc", timeout=5)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "runs past the end" in (caught.value.details() or "")
+            claims = [
+                pb.Claim(namespace="n", name=f"c{i}", uid=f"u{i}") for i in range(MAX_CLAIMS_PER_CALL + 1)
+            ]
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await pb_grpc.DRAPluginStub(channel).NodePrepareResources(
+                    pb.NodePrepareResourcesRequest(claims=claims), timeout=5
+                )
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"over {MAX_CLAIMS_PER_CALL}" in (caught.value.details() or "")
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await channel.unary_unary(
+                    f"/{DRA_SERVICE}/Nothing", request_serializer=None, response_deserializer=None
+                )(b"", timeout=5)
+            assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await server.stop(grace=0)
+
+
+async def test_stop_lets_a_running_call_finish_ends_streams_and_removes_the_socket(tmp_path: Path) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: None) -> bytes:
+        entered.set()
+        await release.wait()
+        return b"\x0a\x00"
+
+    async def forever(request: None) -> AsyncIterator[bytes]:
+        yield b""
+        await asyncio.Event().wait()
+
+    path = tmp_path / "s.sock"
+    server = UnixServer(
+        path, dict([unary("t.S", "Slow", empty, slow), server_stream("t.S", "Watch", empty, forever)])
+    )
+    await server.start()
+    async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
+        stream = channel.unary_stream("/t.S/Watch", request_serializer=None, response_deserializer=None)(b"")
+        assert await asyncio.wait_for(stream.read(), 5) == b""
+        call = asyncio.ensure_future(
+            channel.unary_unary("/t.S/Slow", request_serializer=None, response_deserializer=None)(
+                b"", timeout=10
+            )
+        )
+        await asyncio.wait_for(entered.wait(), 5)
+        stopping = asyncio.ensure_future(server.stop(grace=5))
+        await asyncio.sleep(0.1)
+        assert not path.exists() and not stopping.done()  # socket gone at once; the call still runs
+        release.set()
+        assert await call == b"\x0a\x00"
+        await asyncio.wait_for(stopping, 5)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # the stop ended the stream, with a status
+            await asyncio.wait_for(stream.read(), 5)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE

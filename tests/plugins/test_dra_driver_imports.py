@@ -1,0 +1,66 @@
+"""No DRA driver binary loads grpcio or protobuf's runtime.
+
+The drivers serve the kubelet through grpclib with hand-encoded messages (``dra/grpcserver.py``,
+``dra/wire.py``); importing grpcio or protobuf would cost each driver 10 to 12 MiB of resident memory for
+nothing (docs/performance.md). Each entry module is imported in a fresh interpreter, because this test
+process has both loaded already; the binaries are read from pyproject.toml, so a new driver is covered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from intel_device_plugins.plugins.dracombined import KINDS
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+FORBIDDEN = ("grpc", "google.protobuf")
+
+
+def _driver_entries() -> dict[str, str]:
+    scripts: dict[str, str] = tomllib.loads(PYPROJECT.read_text())["project"]["scripts"]
+    return {
+        name: target.split(":", 1)[0]
+        for name, target in scripts.items()
+        if name.endswith("_dra_driver") or name == "intel_dra_drivers"
+    }
+
+
+def _loaded(modules: list[str]) -> list[str]:
+    """The forbidden modules (or their submodules) in ``sys.modules`` after importing ``modules``."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"forbidden = {FORBIDDEN!r}\n"
+        "print(json.dumps(sorted(n for n in sys.modules"
+        " if any(n == f or n.startswith(f + '.') for f in forbidden))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    loaded: list[str] = json.loads(done.stdout)
+    return loaded
+
+
+def test_every_driver_binary_is_listed() -> None:
+    entries = _driver_entries()
+    assert "intel_dra_drivers" in entries
+    assert {f"intel_{kind}_dra_driver" for kind in KINDS} <= set(entries)
+
+
+@pytest.mark.parametrize(("binary", "module"), sorted(_driver_entries().items()))
+def test_driver_binary_imports_neither_grpcio_nor_protobuf(binary: str, module: str) -> None:
+    # The combined binary imports each kind's module when asked for it: all of them here.
+    modules = [module, *KINDS.values()] if binary == "intel_dra_drivers" else [module]
+    assert _loaded(modules) == [], f"{binary} ({module}) loads grpcio or protobuf"
+
+
+def test_the_check_sees_grpcio() -> None:
+    """The device plugins keep grpcio: the same check must find it there, or it proves nothing."""
+    assert "grpc" in _loaded(["intel_device_plugins.plugins.gpu.cli"])
