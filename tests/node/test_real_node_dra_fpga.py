@@ -29,11 +29,10 @@ from intel_device_plugins.plugins.fpga.bitstream.build import install_simulated_
 from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH, af_resource_name
 from intel_device_plugins.plugins.fpga.fme import simulated_payload
 from intel_device_plugins.sim.fpga import ARRIA10_INTERFACE, NLB0_AFU, NLB3_AFU
-from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.webhooks.fpgaclasses import af_class_name, region_class_name
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, KubeClient, wait_for
-from k8stest.node import NodeBinaries, NodeConfig, RealNode, pod_log, start_real_node
+from k8stest.node import NodeBinaries, RealNode, pod_log
 from k8stest.node.dra import allocated_devices
 from k8stest.node.dradriver import DraDriver, install_dra_driver
 from k8stest.node.drakinds import (
@@ -45,9 +44,8 @@ from k8stest.node.drakinds import (
     pod_devices,
     wait_phase,
 )
+from k8stest.node.fixtures import own_image_node
 from k8stest.node.fpgawebhook import FpgaWebhook, install_fpga_webhook
-from k8stest.node.plugins import node_image_archive
-from k8stest.pytest_plugin import _unavailable
 
 pytestmark = pytest.mark.k8s
 
@@ -82,30 +80,16 @@ def fpga_node(
 ) -> Iterator[RealNode]:
     """The FPGA card's node; it joins after the session's node, which keeps the API server's way into the
     cluster (the webhook runs there)."""
-    archive = node_image_archive()
-    if archive is None:
-        _unavailable("no node image archive (node-*.oci.tar): run `make images`")
-    assert archive is not None
-    work = tmp_path_factory.mktemp("dra-fpga-node")
-    build_node(parse_node_spec(PROFILE, "PROFILE"), work / "sim")
-    node = start_real_node(
+    with own_image_node(
         node_binaries,
         node_control_plane,
-        work / "node",
-        NodeConfig(name=NODE, sync_frequency="10s"),
-        sim_root=work / "sim",
-        images=[node_images, archive],
-    )
-    try:
+        node_images,
+        tmp_path_factory.mktemp("dra-fpga-node"),
+        NODE,
+        PROFILE,
+        "PROFILE",
+    ) as node:
         yield node
-    finally:
-        if node.process.alive():
-            node.stop()
-        client = node_control_plane.client()
-        try:
-            client.delete_if_present(f"/api/v1/nodes/{NODE}")
-        finally:
-            client.close()
 
 
 @pytest.fixture(scope="module")

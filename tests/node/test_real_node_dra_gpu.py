@@ -36,16 +36,13 @@ import pytest
 from intel_device_plugins.dra.prepare import spec_file_name
 from intel_device_plugins.sim import gpu
 from intel_device_plugins.sim.fakefs import FakeTree
-from intel_device_plugins.sim.node import build_node, parse_node_spec
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.node import (
     NodeBinaries,
-    NodeConfig,
     RealNode,
     make_char_device,
     pod_log,
-    start_real_node,
     workload_pod,
 )
 from k8stest.node.dra import (
@@ -69,8 +66,8 @@ from k8stest.node.dra import (
     with_claims,
 )
 from k8stest.node.dradriver import DraDriver, driver_connections, install_dra_driver
-from k8stest.node.plugins import node_image_archive, unschedulable_message
-from k8stest.pytest_plugin import _unavailable
+from k8stest.node.fixtures import own_image_node
+from k8stest.node.plugins import unschedulable_message
 
 pytestmark = pytest.mark.k8s
 
@@ -92,31 +89,16 @@ def dra_node(
 ) -> Iterator[RealNode]:
     """A node of its own with ``DRA_NODE_PROFILE``'s GPUs and the project's node image; no device
     plugin runs there. The last test stops and deletes it; otherwise that happens here."""
-    archive = node_image_archive()
-    if archive is None:
-        _unavailable("no node image archive (node-*.oci.tar): run `make images`")
-    assert archive is not None
-    work = tmp_path_factory.mktemp("dra-node")
-    build_node(parse_node_spec(DRA_NODE_PROFILE, "DRA_NODE_PROFILE"), work / "sim")
-    node = start_real_node(
+    with own_image_node(
         node_binaries,
         node_control_plane,
-        work / "node",
-        # A failed prepare is tried again at the kubelet's next sync: 10 s rather than 1 min.
-        NodeConfig(name=NODE, sync_frequency="10s"),
-        sim_root=work / "sim",
-        images=[node_images, archive],
-    )
-    try:
+        node_images,
+        tmp_path_factory.mktemp("dra-node"),
+        NODE,
+        DRA_NODE_PROFILE,
+        "DRA_NODE_PROFILE",
+    ) as node:
         yield node
-    finally:
-        if node.process.alive():
-            node.stop()
-        client = node_control_plane.client()
-        try:
-            client.delete_if_present(f"/api/v1/nodes/{NODE}")
-        finally:
-            client.close()
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ Policy as for the control plane: with ``CI=true`` anything missing (root, the no
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,18 @@ from k8stest.node import (
     start_real_node,
     write_test_images,
 )
+from k8stest.node.plugins import node_image_archive
 from k8stest.pytest_plugin import _unavailable
 
-__all__ = ["NODE_PROFILE", "node_binaries", "node_control_plane", "node_images", "node_sim_root", "real_node"]
+__all__ = [
+    "NODE_PROFILE",
+    "node_binaries",
+    "node_control_plane",
+    "node_images",
+    "node_sim_root",
+    "own_image_node",
+    "real_node",
+]
 
 # The simulated hardware of the session node: two i915 GPUs (one with a MEI node) and one xe; two
 # QAT 4xxx PFs (crypto, compression) with two VFs each on vfio-pci, as DPDK mode serves them; SGX
@@ -125,3 +135,41 @@ def real_node(
         yield node
     finally:
         node.stop()
+
+
+@contextmanager
+def own_image_node(
+    node_binaries: NodeBinaries,
+    cp: ControlPlane,
+    node_images: Path,
+    workdir: Path,
+    name: str,
+    profile: str,
+    profile_name: str,
+) -> Iterator[RealNode]:
+    """A node of its own with ``profile``'s simulated devices and the project's node image (from
+    ``make images``) imported, for modules that install the project's DaemonSets on it. The kubelet
+    syncs every 10 s, so a failed prepare is tried again soon. Stopped and its Node deleted after."""
+    archive = node_image_archive()
+    if archive is None:
+        _unavailable("no node image archive (node-*.oci.tar): run `make images`")
+    assert archive is not None
+    build_node(parse_node_spec(profile, profile_name), workdir / "sim")
+    node = start_real_node(
+        node_binaries,
+        cp,
+        workdir / "node",
+        NodeConfig(name=name, sync_frequency="10s"),
+        sim_root=workdir / "sim",
+        images=[node_images, archive],
+    )
+    try:
+        yield node
+    finally:
+        if node.process.alive():
+            node.stop()
+        client = cp.client()
+        try:
+            client.delete_if_present(f"/api/v1/nodes/{name}")
+        finally:
+            client.close()
