@@ -21,13 +21,14 @@ import logging
 import os
 import re
 import ssl
-import tempfile
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from intel_device_plugins.kube.tlschain import load_pem_chain
 
 SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_BODY_BYTES: Final = 16 << 20
@@ -236,17 +237,10 @@ def tls_context(config: RestConfig) -> ssl.SSLContext:
     except (ssl.SSLError, ValueError) as exc:
         raise ConfigError(f"the cluster CA is not a PEM certificate: {exc}") from exc
     if config.client_cert_pem:
-        # ssl loads a key pair only from files: a private directory, removed at once.
-        with tempfile.TemporaryDirectory(prefix="kube-tls-") as tmp:
-            cert, key = os.path.join(tmp, "c"), os.path.join(tmp, "k")
-            for file, data in ((cert, config.client_cert_pem), (key, config.client_key_pem)):
-                fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(data)
-            try:
-                ctx.load_cert_chain(cert, key)
-            except ssl.SSLError as exc:
-                raise ConfigError(f"client certificate and key: {exc}") from exc
+        try:
+            load_pem_chain(ctx, config.client_cert_pem.encode(), config.client_key_pem.encode())
+        except ssl.SSLError as exc:
+            raise ConfigError(f"client certificate and key: {exc}") from exc
     return ctx
 
 

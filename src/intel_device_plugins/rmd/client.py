@@ -13,9 +13,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import ssl
-import tempfile
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -25,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from intel_device_plugins.kube.tlschain import load_pem_chain
 from intel_device_plugins.rmd.pki import SERVER_NAME
 
 log = logging.getLogger(__name__)
@@ -122,14 +121,7 @@ def check_material(material: TlsMaterial, now: dt.datetime | None = None) -> Non
 
 
 def _load_chain(ctx: ssl.SSLContext, material: TlsMaterial) -> None:
-    # ssl loads a chain only from files: a private directory that is removed at once.
-    with tempfile.TemporaryDirectory(prefix="rmd-tls-") as tmp:
-        cert_path, key_path = os.path.join(tmp, "c"), os.path.join(tmp, "k")
-        for path, data in ((cert_path, material.cert), (key_path, material.key)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        ctx.load_cert_chain(cert_path, key_path)
+    load_pem_chain(ctx, material.cert, material.key)
 
 
 def client_ssl_context(material: TlsMaterial) -> ssl.SSLContext:
