@@ -207,6 +207,7 @@ async def test_missing_socket_directory_is_survived(node: FakeTree, tmp_path: Pa
         (["-allow-ids", "0x56C0"], "allow-ids"),
         (["-scan-interval", "-1"], "scan-interval"),
         (["-allow-ids", "0x56c0", "-deny-ids", "0x56c1"], "-allow-ids and -deny-ids"),
+        (["-xpumd-unhealthy-severity", "error"], "-xpumd-unhealthy-severity"),
     ],
 )
 async def test_bad_flags_are_rejected_at_start(

@@ -10,6 +10,7 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.gpu.discovery import NAMESPACE, CardFactsCache, GpuOptions, scan_gpus
+from intel_device_plugins.plugins.gpu.healthsettings import GpuHealthSettings
 from intel_device_plugins.plugins.gpu.policy import POLICIES, AllocationPolicy
 from intel_device_plugins.sysfs import prefixed
 
@@ -23,6 +24,8 @@ class GpuPlugin:
     policy: AllocationPolicy = AllocationPolicy.NONE
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
     cards: CardFactsCache = field(default_factory=CardFactsCache)
+    health: GpuHealthSettings = field(default_factory=GpuHealthSettings)
+    """The health flags as parsed; health is reported from device presence (docs/plugins/gpu.md)."""
 
     @property
     def namespace(self) -> str:
