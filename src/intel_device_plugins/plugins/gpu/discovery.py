@@ -167,17 +167,40 @@ def _pci_device_dir(view: _NodeView, name: str) -> str | None:
     return os.path.dirname(os.path.dirname(drm_node_dir))
 
 
-def _by_path_mounts(view: _NodeView, mode: ByPath, pci_dir: str) -> tuple[Mount, ...]:
+def _by_path_mounts(
+    view: _NodeView, mode: ByPath, pci_dir: str
+) -> tuple[tuple[Mount, ...], tuple[tuple[str, str], ...]]:
+    """The card's by-path mounts, and the ``(link, target)`` pairs left out because the target is gone.
+
+    A dangling link (a card re-bound under other DRM numbers before udev caught up, a node removed) would
+    be a bind mount of nothing, and the runtime would fail to create the container.
+    """
     if mode is ByPath.NONE or view.by_path_entries is None:
-        return ()
+        return (), ()
     if mode is ByPath.ALL:
-        return (Mount(view.by_path_dir, view.by_path_dir, read_only=True),)
+        return (Mount(view.by_path_dir, view.by_path_dir, read_only=True),), ()
     address = os.path.basename(pci_dir)
     if not PCI_ADDRESS.match(address):
-        return ()
+        return (), ()
     wanted = f"pci-{address}"
-    paths = (os.path.join(view.by_path_dir, e) for e in view.by_path_entries if e.startswith(wanted))
-    return tuple(Mount(path, path, read_only=True) for path in paths)
+    mounts: list[Mount] = []
+    dangling: list[tuple[str, str]] = []
+    for entry in view.by_path_entries:
+        if not entry.startswith(wanted):
+            continue
+        path = os.path.join(view.by_path_dir, entry)
+        if os.path.exists(path):
+            mounts.append(Mount(path, path, read_only=True))
+        else:
+            dangling.append((path, _link_target(path)))
+    return tuple(mounts), tuple(dangling)
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 def _mei_names(pci_dir: str) -> tuple[str, ...]:
@@ -398,7 +421,12 @@ def _inspect_card(
     if isinstance(memory, str):
         problems.append(f"GPU {name}: {memory}; no memory size reported")
         memory = None
-    mounts = _by_path_mounts(view, options.by_path, pci_dir)
+    mounts, dangling = _by_path_mounts(view, options.by_path, pci_dir)
+    for link, target in dangling:
+        if os.path.basename(target) not in expected:  # a missing node of the card is reported above
+            problems.append(
+                f"GPU {name}: by-path link {link} points to {target!r}, which does not exist; not mounted"
+            )
     info = DeviceInfo(
         health=health,
         nodes=nodes,
