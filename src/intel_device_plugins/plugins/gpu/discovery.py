@@ -269,19 +269,31 @@ def _physical_function(device_dir: str) -> str:
     return os.path.realpath(link) if os.path.islink(link) else ""
 
 
-class CardFactsCache:
-    """Card facts per PCI function directory, kept while the directory stays the same one.
+_CardKey = tuple[tuple[int, int] | None, tuple[int, int] | None, tuple[str, ...] | None]
 
-    A re-plugged card gets a new sysfs directory, so nothing stale survives it.
+
+class CardFactsCache:
+    """Card facts per PCI function directory, kept while the card's function and DRM minors stay the same.
+
+    A re-plugged card gets a new sysfs directory, so nothing stale survives it. A driver unbind and bind
+    keeps the function's directory (sysfs leaves its inode and change time alone) but may bring the DRM
+    minors back under other numbers, so each use also compares the ``drm/`` directory's identity (sysfs
+    makes it anew at bind) and its entries (one directory read): facts naming old nodes are read again.
     """
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[tuple[int, int] | None, CardFacts]] = {}
+        self._known: dict[str, tuple[_CardKey, CardFacts]] = {}
 
     def get(self, device_dir: str, pci_dir: str, sys_devices: str) -> CardFacts | str:
-        current = identity(pci_dir)
+        drm_dir = os.path.join(device_dir, "drm")
+        listing = list_dir(drm_dir)
+        current: _CardKey = (
+            identity(pci_dir),
+            identity(drm_dir),
+            tuple(listing) if listing is not None else None,
+        )
         known = self._known.get(pci_dir)
-        if known is not None and current is not None and known[0] == current:
+        if known is not None and None not in current[:2] and known[0] == current:
             return known[1]
         facts = read_card_facts(device_dir, pci_dir, sys_devices)
         if isinstance(facts, CardFacts):
