@@ -269,31 +269,29 @@ def _physical_function(device_dir: str) -> str:
     return os.path.realpath(link) if os.path.islink(link) else ""
 
 
-_CardKey = tuple[tuple[int, int] | None, tuple[int, int] | None, tuple[str, ...] | None]
-
-
 class CardFactsCache:
     """Card facts per PCI function directory, kept while the card's function and DRM minors stay the same.
 
     A re-plugged card gets a new sysfs directory, so nothing stale survives it. A driver unbind and bind
     keeps the function's directory (sysfs leaves its inode and change time alone) but may bring the DRM
-    minors back under other numbers, so each use also compares the ``drm/`` directory's identity (sysfs
-    makes it anew at bind) and its entries (one directory read): facts naming old nodes are read again.
+    minors back under other numbers. So the facts are also re-read when the function's ``drm/`` directory
+    is another one (sysfs makes it anew at bind; where it is kept, adding and removing entries changes its
+    change time) or when they do not name the card they are asked for.
     """
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[_CardKey, CardFacts]] = {}
+        self._known: dict[str, tuple[tuple[tuple[int, int] | None, ...], CardFacts]] = {}
 
-    def get(self, device_dir: str, pci_dir: str, sys_devices: str) -> CardFacts | str:
-        drm_dir = os.path.join(device_dir, "drm")
-        listing = list_dir(drm_dir)
-        current: _CardKey = (
-            identity(pci_dir),
-            identity(drm_dir),
-            tuple(listing) if listing is not None else None,
-        )
+    def get(self, device_dir: str, pci_dir: str, sys_devices: str, card: str = "") -> CardFacts | str:
+        """Facts of the card whose ``device`` link is ``device_dir``; ``card`` (``cardN``) is its name now."""
+        current = (identity(pci_dir), identity(os.path.join(device_dir, "drm")))
         known = self._known.get(pci_dir)
-        if known is not None and None not in current[:2] and known[0] == current:
+        if (
+            known is not None
+            and None not in current
+            and known[0] == current
+            and (not card or card in known[1].drm_entries)
+        ):
             return known[1]
         facts = read_card_facts(device_dir, pci_dir, sys_devices)
         if isinstance(facts, CardFacts):
@@ -382,7 +380,7 @@ def _inspect_card(
 ) -> GpuCard | None:
     device_dir = os.path.join(view.drm_dir, name, "device")
     pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
-    facts = cache.get(device_dir, pci_dir, view.sys_devices)
+    facts = cache.get(device_dir, pci_dir, view.sys_devices, name)
     if isinstance(facts, str):
         if facts:
             problems.append(f"GPU {name}: {facts}")
