@@ -188,10 +188,12 @@ def remove_card(tree: FakeTree, index: int) -> None:
     render = 128 + index
     for entry in list(tree.path("/dev/dri/by-path").glob(f"pci-{address}-*")):
         entry.unlink()
+    # The card's MEI nodes by the names sysfs gives them: a renumbering re-bind keeps them as they were.
+    for mei in tree.path(sysfs).glob("*.mei-*/mei/*"):
+        tree.remove(f"/dev/{mei.name}")
     for absolute in (
         f"/dev/dri/card{index}",
         f"/dev/dri/renderD{render}",
-        f"/dev/mei{index}",
         f"/sys/class/drm/card{index}",
         f"/sys/class/drm/renderD{render}",
         f"/sys/bus/pci/devices/{address}",

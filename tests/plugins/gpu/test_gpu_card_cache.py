@@ -109,3 +109,16 @@ def test_the_dra_driver_follows_a_renumbering_rebind(tmp_path: Path) -> None:
     dri = tree.path("/dev/dri")
     assert [n.host_path for n in device.cdi.nodes] == [str(dri / "card3"), str(dri / "renderD131")]
     assert device.attributes["resource.kubernetes.io/pciBusID"] == card.address
+
+
+def test_a_renumbered_card_unplugs_completely(tmp_path: Path) -> None:
+    tree = FakeTree(tmp_path)
+    card = gpu.add_card(tree, mei=True)
+    gpu.rebind(tree, 0, "i915", renumber_to=4)
+    assert tree.path("/dev/mei0").exists() and tree.path("/dev/dri/card4").exists()
+
+    gpu.remove_card(tree, 4)
+
+    assert sorted(p.name for p in tree.path("/dev").rglob("*") if not p.is_dir()) == []
+    assert not tree.path(f"/sys/bus/pci/devices/{card.address}").exists()
+    assert list(tree.path("/sys/class/drm").iterdir()) == []
