@@ -6,7 +6,7 @@ what it needs. All hooks are plain synchronous functions over typed data; they n
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -62,6 +62,18 @@ class RescansSooner(Protocol):
     """
 
     def safety_rescan_interval(self) -> float: ...
+
+
+@runtime_checkable
+class Monitors(Protocol):
+    """Optional: a watch that runs beside the scans while the plugin is served (e.g. a health daemon's
+    stream, whose findings the next scan reads).
+
+    ``monitor`` runs on the event loop until cancelled and calls ``changed()`` when the next scan would
+    differ, for a rescan at once. Should it return or raise, the plugin goes on being served without it.
+    """
+
+    async def monitor(self, changed: Callable[[], None]) -> None: ...
 
 
 @runtime_checkable
