@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from grpc_tools import protoc  # type: ignore[import-untyped]
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from intel_device_plugins.deviceplugin.health import xpumdwire as wire
 from intel_device_plugins.deviceplugin.health.xpumdwire import (
@@ -159,3 +161,44 @@ def test_malformed_events_are_refused() -> None:
         wire.decode_event_response(b"\x10\x01")
     with pytest.raises(WireError, match="watch request"):
         wire.check_empty_request(b"\x0a\x09")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_decode_or_fail_with_a_wire_error(data: bytes) -> None:
+    for decode in (wire.decode_health_response, wire.decode_event_response):
+        try:
+            result = decode(data)
+        except WireError as error:
+            assert "Device" in str(error)  # names the message it was decoding
+        else:
+            assert isinstance(result, tuple | DeviceEvent)
+
+
+_text = st.text(max_size=12)
+_pci = st.one_of(st.none(), st.builds(PciInfo, _text, _text, _text))
+_device = st.builds(
+    DeviceHealth,
+    st.one_of(
+        st.none(),
+        st.builds(
+            DeviceInformation,
+            _text,
+            _text,
+            _pci,
+            st.lists(st.builds(FirmwareInfo, _text, _text, _text), max_size=2).map(tuple),
+            st.lists(st.builds(MemoryInfo, _text, _text, st.integers(0, 2**64 - 1)), max_size=2).map(tuple),
+        ),
+    ),
+    st.lists(st.builds(HealthStatus, _text, st.integers(-(2**31), 2**31 - 1), _text, _text), max_size=3).map(
+        tuple
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_device, max_size=3))
+def test_any_snapshot_round_trips_through_protobuf(pb: ModuleType, devices: list[DeviceHealth]) -> None:
+    theirs = pb.DeviceHealthResponse.FromString(wire.health_response(devices))
+    assert [_as_ours(device) for device in theirs.devices] == devices
+    assert wire.decode_health_response(theirs.SerializeToString()) == tuple(devices)
