@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -136,3 +138,13 @@ async def test_xpumd_findings_reach_the_kubelet_through_the_monitor(
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+def test_the_plugin_loads_grpclib_only_when_it_talks_to_xpumd() -> None:
+    code = (
+        "import sys, intel_device_plugins.plugins.gpu.cli;print(sorted({'grpclib', 'h2'} & set(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"

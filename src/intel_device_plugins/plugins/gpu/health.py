@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from intel_device_plugins.deviceplugin.health import kernel
 from intel_device_plugins.deviceplugin.health.model import (
@@ -22,8 +23,10 @@ from intel_device_plugins.deviceplugin.health.model import (
     Verdict,
     assess,
 )
-from intel_device_plugins.deviceplugin.health.xpumd import XpumdClient, XpumdSettings
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceTree, Health
+
+if TYPE_CHECKING:
+    from intel_device_plugins.deviceplugin.health.xpumd import XpumdClient
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,9 @@ class GpuHealth:
             self.settings.xpumd_endpoint,
             self.settings.xpumd_unhealthy_severity,
         )
+        # Imported here: grpclib and its HTTP/2 stack load only in a plugin that talks to xpumd.
+        from intel_device_plugins.deviceplugin.health.xpumd import XpumdClient, XpumdSettings
+
         self.xpumd = XpumdClient(XpumdSettings(Path(self.settings.xpumd_endpoint)), on_change=changed)
         await self.xpumd.run()
 
