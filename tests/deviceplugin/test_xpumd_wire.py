@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from grpc_tools import protoc  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,21 +21,6 @@ from intel_device_plugins.deviceplugin.health.xpumdwire import (
     PciInfo,
     WireError,
 )
-
-PROTO = Path(wire.__file__).with_name("deviceinfo.proto")
-
-
-@pytest.fixture(scope="module")
-def pb(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """``deviceinfo_pb2``, generated now from the .proto kept beside the codec."""
-    out = tmp_path_factory.mktemp("deviceinfo")
-    assert protoc.main(["protoc", f"-I{PROTO.parent}", f"--python_out={out}", PROTO.name]) == 0
-    spec = importlib.util.spec_from_file_location("deviceinfo_pb2", out / "deviceinfo_pb2.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 ARC = DeviceHealth(
     DeviceInformation(
