@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -132,6 +132,9 @@ class SimulatedXpumd:
         self.health_sent = 0
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._calls = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._subscribers: set[asyncio.Queue[bytes]] = set()
         self._server: Server | None = None
         self._front: asyncio.AbstractServer | None = None
@@ -151,8 +154,12 @@ class SimulatedXpumd:
             path.unlink(missing_ok=True)
         self._stopping = asyncio.Event()
         handlers = {
-            wire.WATCH_HEALTH: Handler(self._watch_health, Cardinality.UNARY_STREAM, bytes, bytes),
-            wire.WATCH_EVENTS: Handler(self._watch_events, Cardinality.UNARY_STREAM, bytes, bytes),
+            wire.WATCH_HEALTH: Handler(
+                self._counted(self._watch_health), Cardinality.UNARY_STREAM, bytes, bytes
+            ),
+            wire.WATCH_EVENTS: Handler(
+                self._counted(self._watch_events), Cardinality.UNARY_STREAM, bytes, bytes
+            ),
         }
         self._server = Server([_Servable(handlers)], codec=_RawCodec())
         await self._server.start(path=os.fspath(self.inner_socket))
@@ -162,7 +169,9 @@ class SimulatedXpumd:
     async def stop(self) -> None:
         """A graceful stop: every stream ends with status OK (clients see the end), the socket goes."""
         self._stopping.set()
-        await asyncio.sleep(0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), 1)
+        await asyncio.sleep(0.05)  # the calls' trailers pass the front before it closes
         await self._close(abort=False)
         self.socket.unlink(missing_ok=True)
 
@@ -259,6 +268,23 @@ class SimulatedXpumd:
         self._changed = asyncio.Event()
 
     # ----- the API -----------------------------------------------------------------------------------
+
+    def _counted(
+        self, handler: Callable[[Stream[bytes, bytes]], Awaitable[None]]
+    ) -> Callable[[Stream[bytes, bytes]], Awaitable[None]]:
+        """Calls counted, so a graceful stop can wait for every stream to end with its status."""
+
+        async def handle(stream: Stream[bytes, bytes]) -> None:
+            self._calls += 1
+            self._idle.clear()
+            try:
+                await handler(stream)
+            finally:
+                self._calls -= 1
+                if not self._calls:
+                    self._idle.set()
+
+        return handle
 
     async def _watch_health(self, stream: Stream[bytes, bytes]) -> None:
         await stream.recv_message()
