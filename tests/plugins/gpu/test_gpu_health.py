@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.deviceplugin.health.model import Finding, HealthSettings, Severity, assess
+from intel_device_plugins.deviceplugin.health.model import (
+    Finding,
+    HealthSettings,
+    HealthState,
+    Severity,
+    assess,
+)
 from intel_device_plugins.deviceplugin.manager import PluginManager
 from intel_device_plugins.deviceplugin.model import DeviceInfo, Health
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
@@ -148,3 +154,19 @@ def test_the_plugin_loads_grpclib_only_when_it_talks_to_xpumd() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_verdicts_per_card_for_either_framework(tree: FakeTree) -> None:
+    health = GpuHealth(GpuHealthSettings(kernel_signals=True))
+    first, second = address(tree, 0), address(tree, 1)
+    addresses, verdicts = health.verdicts(str(tree.root), ["card0", "card1", "card9"])
+    assert addresses == {"card0": first, "card1": second}
+    assert {a: v.state for a, v in verdicts.items()} == {
+        first: HealthState.HEALTHY,
+        second: HealthState.HEALTHY,
+    }
+    faults.unbind(tree, second)
+    _, verdicts = health.verdicts(str(tree.root), ["card0", "card1"])
+    assert verdicts[first].state is HealthState.HEALTHY
+    assert (verdicts[second].state, verdicts[second].severity) == (HealthState.UNHEALTHY, Severity.CRITICAL)
+    assert verdicts[second].message == "pci pci-driver critical: driver xe unbound"

@@ -133,21 +133,24 @@ class GpuHealth:
         xpumd = self.xpumd.findings() if self.xpumd is not None else ()
         return xpumd + (self.kernel_findings(root, cards) if self.settings.kernel_signals else ())
 
+    def verdicts(self, prefix: str, cards: Iterable[str]) -> tuple[Mapping[str, str], Mapping[str, Verdict]]:
+        """Each card's PCI address, and each address's verdict (the DRA profile can use these as they
+        are: ``Verdict.state`` and ``Verdict.message`` are a device's health and its message)."""
+        root = Path(prefix or "/")
+        addresses = _card_addresses(root, cards)
+        return addresses, assess(self.findings(root, addresses), self.policy)
+
     def apply(self, prefix: str, tree: DeviceTree) -> tuple[DeviceTree, tuple[str, ...]]:
         """The scanned tree with the hardware's verdicts applied, and the problems to report."""
-        root = Path(prefix or "/")
-        cards = _card_addresses(
-            root, (card_of(device_id) for devices in tree.values() for device_id in devices)
-        )
-        verdicts = assess(self.findings(root, cards), self.policy)
-        return mark_unhealthy(tree, cards, verdicts)
+        cards = (card_of(device_id) for devices in tree.values() for device_id in devices)
+        addresses, verdicts = self.verdicts(prefix, (card for card in cards if card is not None))
+        return mark_unhealthy(tree, addresses, verdicts)
 
 
-def _card_addresses(root: Path, cards: Iterable[str | None]) -> dict[str, str]:
+def _card_addresses(root: Path, cards: Iterable[str]) -> dict[str, str]:
     addresses = {}
     for card in set(cards):
-        if card is not None:
-            address = kernel.card_address(root, card)
-            if address is not None:
-                addresses[card] = address
+        address = kernel.card_address(root, card)
+        if address is not None:
+            addresses[card] = address
     return addresses
