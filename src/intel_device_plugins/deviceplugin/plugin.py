@@ -1,7 +1,8 @@
 """What a device plugin is: a scanner plus a few optional hooks.
 
 The framework detects the hooks by their presence (structural typing), so a plugin implements only
-what it needs. All hooks are plain synchronous functions over typed data; they never see gRPC.
+what it needs. All hooks but ``monitor`` are plain synchronous functions over typed data; none sees
+gRPC.
 """
 
 from __future__ import annotations
