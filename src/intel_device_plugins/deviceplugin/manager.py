@@ -33,6 +33,7 @@ from intel_device_plugins.deviceplugin.model import (
 from intel_device_plugins.deviceplugin.plugin import (
     EventDriven,
     Monitors,
+    ObservesUevents,
     RescansSooner,
     Scanner,
     WatchesPaths,
@@ -103,6 +104,11 @@ class PluginManager:
     def _on_uevent(self, event: Uevent | None) -> None:
         """A kernel event of one of the plugin's subsystems (``None``: events were lost)."""
         self.uevents_seen += 1
+        if isinstance(self.plugin, ObservesUevents):
+            try:
+                self.plugin.observe_uevent(event)
+            except Exception:
+                log.exception("%s: observing a uevent failed", self.plugin.namespace)
         self._rescan.set()
 
     def _watch_paths(self) -> Sequence[Path]:

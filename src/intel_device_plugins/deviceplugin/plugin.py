@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceMap, DeviceTree
+from intel_device_plugins.deviceplugin.uevents import Uevent
 
 
 @runtime_checkable
@@ -63,6 +64,15 @@ class RescansSooner(Protocol):
     """
 
     def safety_rescan_interval(self) -> float: ...
+
+
+@runtime_checkable
+class ObservesUevents(Protocol):
+    """Optional, with :class:`EventDriven`: sees each uevent of its subsystems before the rescan it
+    triggers (``None`` when events were lost), for what an event says and no file keeps (a GPU's
+    ``WEDGED``). Runs on the event loop; it must be quick and must not raise."""
+
+    def observe_uevent(self, event: Uevent | None) -> None: ...
 
 
 @runtime_checkable

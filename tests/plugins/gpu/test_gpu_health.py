@@ -21,6 +21,7 @@ from intel_device_plugins.deviceplugin.health.model import (
 from intel_device_plugins.deviceplugin.manager import PluginManager
 from intel_device_plugins.deviceplugin.model import DeviceInfo, Health
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
+from intel_device_plugins.deviceplugin.uevents import DirectoryUevents, UeventHub
 from intel_device_plugins.plugins.gpu.discovery import GpuOptions
 from intel_device_plugins.plugins.gpu.health import GpuHealth, GpuHealthSettings, card_of, mark_unhealthy
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
@@ -28,6 +29,7 @@ from intel_device_plugins.sim import faults
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import build_node, parse_node_spec
+from intel_device_plugins.sim.uevents import UeventBroadcaster
 from intel_device_plugins.sim.xpumd import SimulatedXpumd, serving
 
 PROFILE = """
@@ -170,3 +172,37 @@ def test_verdicts_per_card_for_either_framework(tree: FakeTree) -> None:
     assert verdicts[first].state is HealthState.HEALTHY
     assert (verdicts[second].state, verdicts[second].severity) == (HealthState.UNHEALTHY, Severity.CRITICAL)
     assert verdicts[second].message == "pci pci-driver critical: driver xe unbound"
+
+
+async def test_a_wedged_gpu_is_unhealthy_until_rebound(
+    tree: FakeTree, kubelet: KubeletStandIn, plugin_dir: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "uevents"
+    tree.uevents = UeventBroadcaster(directory)
+    hub = UeventHub(DirectoryUevents(directory))
+    assert hub.start()
+    plugin = GpuPlugin(
+        prefix=str(tree.root), options=GpuOptions(), health=GpuHealth(GpuHealthSettings(kernel_signals=True))
+    )
+    config = FrameworkConfig(
+        plugin_dir, plugin_dir.parent / "cdi", scan_interval=60, event_rescan_interval=60
+    )
+    manager = PluginManager(plugin, config, hub)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+
+    def advertised() -> dict[str, str]:
+        return {d.id: d.health for d in kubelet.resources().get("gpu.intel.com/xe", {}).values()}
+
+    try:
+        await kubelet.wait_for(lambda: advertised() == {"card0-0": "Healthy", "card1-0": "Healthy"})
+        faults.wedge(tree, 1, "rebind")
+        await kubelet.wait_for(lambda: advertised() == {"card0-0": "Healthy", "card1-0": "Unhealthy"})
+        faults.unbind(tree, address(tree, 1))
+        faults.bind(tree, address(tree, 1), "xe")  # the recovery the event asked for
+        await kubelet.wait_for(lambda: advertised() == {"card0-0": "Healthy", "card1-0": "Healthy"})
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        hub.close()
+        tree.uevents.close()

@@ -24,6 +24,7 @@ from intel_device_plugins.deviceplugin.health.model import (
     assess,
 )
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceTree, Health
+from intel_device_plugins.deviceplugin.uevents import Uevent
 
 if TYPE_CHECKING:
     from intel_device_plugins.deviceplugin.health.xpumd import XpumdClient
@@ -35,7 +36,8 @@ log = logging.getLogger(__name__)
 class GpuHealthSettings:
     """What the command line sets: ``-xpumd-endpoint`` (empty: no xpumd) and
     ``-xpumd-unhealthy-severity`` (``failed``, ``critical`` or ``warning``); ``kernel_signals`` adds PCIe
-    AER, driver binding, i915's error state and xe's hwmon temperatures, polled every ``poll_seconds``."""
+    AER, driver binding, i915's error state and xe's hwmon temperatures, polled every ``poll_seconds``,
+    and the uevents of a wedged GPU, a PCI error recovery and an i915 reset."""
 
     xpumd_endpoint: str = ""
     xpumd_unhealthy_severity: str = "critical"
@@ -92,6 +94,9 @@ class GpuHealth:
         self.policy = settings.policy()
         self.xpumd: XpumdClient | None = None
         self._baselines: dict[str, kernel.PciBaseline] = {}
+        self.uevents = kernel.UeventLatch()
+        """What uevents said (wedged, PCI error recovery, i915 resets); replaced whole on the event loop,
+        read by scans."""
 
     async def monitor(self, changed: Callable[[], None]) -> None:
         """Watch xpumd until cancelled (nothing to do without an endpoint)."""
@@ -107,6 +112,10 @@ class GpuHealth:
 
         self.xpumd = XpumdClient(XpumdSettings(Path(self.settings.xpumd_endpoint)), on_change=changed)
         await self.xpumd.run()
+
+    def observe_uevent(self, event: Uevent | None) -> None:
+        if event is not None and self.settings.kernel_signals:
+            self.uevents = self.uevents.after(event)
 
     def safety_rescan_interval(self) -> float:
         """Kernel signals are polled (no uevent announces an AER count); xpumd pushes its own."""
@@ -131,7 +140,9 @@ class GpuHealth:
 
     def findings(self, root: Path, cards: Mapping[str, str]) -> tuple[Finding, ...]:
         xpumd = self.xpumd.findings() if self.xpumd is not None else ()
-        return xpumd + (self.kernel_findings(root, cards) if self.settings.kernel_signals else ())
+        if not self.settings.kernel_signals:
+            return xpumd
+        return xpumd + self.kernel_findings(root, cards) + self.uevents.findings()
 
     def verdicts(self, prefix: str, cards: Iterable[str]) -> tuple[Mapping[str, str], Mapping[str, Verdict]]:
         """Each card's PCI address, and each address's verdict (the DRA profile can use these as they

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.problems import ProblemLog
+from intel_device_plugins.deviceplugin.uevents import Uevent
 from intel_device_plugins.plugins.gpu.discovery import NAMESPACE, CardFactsCache, GpuOptions, scan_gpus
 from intel_device_plugins.plugins.gpu.health import GpuHealth
 from intel_device_plugins.plugins.gpu.policy import POLICIES, AllocationPolicy
@@ -45,6 +46,11 @@ class GpuPlugin:
         """xpumd's streams, when health comes from it; each change rescans at once."""
         if self.health is not None:
             await self.health.monitor(changed)
+
+    def observe_uevent(self, event: Uevent | None) -> None:
+        """A wedged GPU says so only in a uevent: the health keeps it for the next scans."""
+        if self.health is not None:
+            self.health.observe_uevent(event)
 
     def safety_rescan_interval(self) -> float:
         """Polled kernel health signals need a rescan every few seconds; otherwise events suffice."""
