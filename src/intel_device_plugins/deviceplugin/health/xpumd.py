@@ -196,7 +196,7 @@ class _RawCodec(CodecBase):
 
 
 class MessageTooLarge(ValueError):
-    pass
+    """A message announced longer than ``XpumdSettings.max_message_bytes``; refused before it is read."""
 
 
 async def _read_message(stream: Stream[bytes, bytes], limit: int) -> bytes | None:
