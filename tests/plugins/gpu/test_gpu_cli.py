@@ -74,7 +74,7 @@ def test_default_command_line_builds_one_default_plugin() -> None:
     assert plugin.prefix == ""
     assert plugin.options == GpuOptions()
     assert plugin.policy is AllocationPolicy.NONE
-    assert plugin.health == GpuHealthSettings()
+    assert plugin.health_flags == GpuHealthSettings()
 
 
 @pytest.mark.parametrize(
@@ -213,15 +213,15 @@ def test_xpumd_flags_of_upstream_037_reach_the_plugins_health_settings(severity:
         f"-xpumd-unhealthy-severity={severity}",
     )
 
-    assert plugin.health == GpuHealthSettings(
+    assert plugin.health_flags == GpuHealthSettings(
         xpumd=XpumdHealthSettings("/run/xpumd/intelxpuinfo.sock", XpumdSeverity(severity))
     )
-    assert plugin.health.xpumd.enabled
+    assert plugin.health_flags.xpumd.enabled
     assert plugin.options == GpuOptions(enable_monitoring=True)
 
 
 def test_severity_without_an_endpoint_is_kept_but_xpumd_stays_off() -> None:
-    health = plugin_for("--xpumd-unhealthy-severity", "warning").health
+    health = plugin_for("--xpumd-unhealthy-severity", "warning").health_flags
 
     assert health.xpumd == XpumdHealthSettings("", XpumdSeverity.WARNING)
     assert not health.xpumd.enabled
@@ -230,7 +230,7 @@ def test_severity_without_an_endpoint_is_kept_but_xpumd_stays_off() -> None:
 def test_level_zero_flags_reach_the_plugins_health_settings() -> None:
     health = plugin_for(
         "-health-management", "-temp-limit", "90", "-gpu-temp-limit", "80", "-memory-temp-limit", "85"
-    ).health
+    ).health_flags
 
     assert health == GpuHealthSettings(level_zero=True, temperature_limits=TemperatureLimits(90, 80, 85))
 

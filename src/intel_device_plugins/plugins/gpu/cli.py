@@ -111,7 +111,9 @@ def build_plugins(args: argparse.Namespace) -> Sequence[GpuPlugin]:
         enable_monitoring=args.enable_monitoring,
         monitoring_mode=args.monitoring_mode,
     )
-    return [GpuPlugin(prefix=args.prefix, options=options, policy=args.allocation_policy, health=health)]
+    return [
+        GpuPlugin(prefix=args.prefix, options=options, policy=args.allocation_policy, health_flags=health)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
