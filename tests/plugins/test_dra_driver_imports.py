@@ -1,8 +1,8 @@
 """No DRA driver binary loads grpcio or protobuf's runtime.
 
-The drivers serve the kubelet through grpclib with hand-encoded messages (``dra/grpcserver.py``,
-``dra/wire.py``); importing grpcio or protobuf would cost each driver 10 to 12 MiB of resident memory for
-nothing (docs/performance.md). Each entry module is imported in a fresh interpreter, because this test
+The drivers serve the kubelet through grpclib with the generated codecs (``kubeletapi/rpc.py``,
+``kubeletapi/*_v*.py``); importing grpcio or protobuf would cost each driver 10 to 12 MiB of resident memory
+for nothing (docs/performance.md). Each entry module is imported in a fresh interpreter, because this test
 process has both loaded already; the binaries are read from pyproject.toml, so a new driver is covered.
 """
 
