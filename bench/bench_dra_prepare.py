@@ -43,8 +43,6 @@ import grpc.aio
 from plugin_bench import Latency, Target, interleaved_latencies
 
 from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Mount
-from intel_device_plugins.dra.api import dra_v1_pb2 as pb
-from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.checkpoint import Checkpoint, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import AllocatedDevice, Device, Inventory
@@ -52,6 +50,8 @@ from intel_device_plugins.dra.profile import default_claim_edits
 from intel_device_plugins.kubeletapi import pluginregistration_v1 as reg
 from intel_device_plugins.kubeletapi.rpc import UnixServer, unary
 from intel_device_plugins.kubeletapi.wire import Method
+from k8stest.kubeletapi import dra_v1_pb2 as pb
+from k8stest.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 
 DRIVER = "gpu.intel.com"
 NODE = "bench-node"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as dp
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr
-from intel_device_plugins.dra.api import dra_health_v1_pb2 as health
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as health_alpha
-from intel_device_plugins.dra.api import dra_v1_pb2 as dra
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from k8stest.kubeletapi import dra_health_v1_pb2 as health
+from k8stest.kubeletapi import dra_health_v1alpha1_pb2 as health_alpha
+from k8stest.kubeletapi import dra_v1_pb2 as dra
+from k8stest.kubeletapi import podresources_v1_pb2 as pr
 
 
 def test_device_plugin_wire_names() -> None:

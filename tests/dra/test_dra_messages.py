@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.dra.api import dra_health_v1_pb2 as health_v1
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as health_v1alpha1
 from intel_device_plugins.dra.kubeletservice import health_response
 from intel_device_plugins.dra.model import HealthState
 from intel_device_plugins.dra.registration import RegistrationService
 from intel_device_plugins.kubeletapi import dra_health_v1alpha1
 from intel_device_plugins.kubeletapi import pluginregistration_v1 as reg
+from k8stest.kubeletapi import dra_health_v1_pb2 as health_v1
+from k8stest.kubeletapi import dra_health_v1alpha1_pb2 as health_v1alpha1
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
 
 
 @pytest.mark.parametrize("module", [health_v1, health_v1alpha1], ids=["v1", "v1alpha1"])

@@ -12,9 +12,6 @@ import grpc
 import grpc.aio
 import pytest
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.dra.api import dra_v1_pb2 as pb
-from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.kubeletservice import DRA_SERVICE, MAX_CLAIMS_PER_CALL
 from intel_device_plugins.kubeletapi import dra_v1
 from intel_device_plugins.kubeletapi import pluginregistration_v1 as reg
@@ -26,6 +23,9 @@ from intel_device_plugins.kubeletapi.rpc import (
     unary,
 )
 from intel_device_plugins.kubeletapi.wire import Method
+from k8stest.kubeletapi import dra_v1_pb2 as pb
+from k8stest.kubeletapi import dra_v1_pb2_grpc as pb_grpc
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
 
 ECHO = Method("/test.Echo/Call", reg.PluginInfo, reg.PluginInfo)
 SLOW = Method("/t.S/Slow", reg.InfoRequest, reg.PluginInfo)

@@ -28,7 +28,7 @@ from grpclib.client import Channel
 from grpclib.config import Configuration
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.base import CodecBase
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.server import Server, Stream
 
 from intel_device_plugins.kubeletapi.wire import Method, Request, Response, WireError
@@ -42,6 +42,10 @@ WINDOW_BYTES: Final = 1024 * 1024
 GRPCLIB_VERSION: Final = "0.4.9"
 """The one grpclib release :func:`_h2_stream` is known to work with (pinned in pyproject.toml)."""
 _PREFIX = struct.Struct(">?I")
+
+CALL_ERRORS: Final = (OSError, TimeoutError, GRPCError, StreamTerminatedError, ProtocolError)
+"""What a call to a peer may raise: no listener, no answer in time, the peer's status, a broken
+connection."""
 
 Handlers = Mapping[str, Handler]
 """``/<service>/<method>`` → grpclib handler, as :func:`unary` and :func:`server_stream` make them."""
@@ -203,6 +207,14 @@ def remove_socket(path: Path) -> None:
         log.warning("cannot remove socket %s: %s", path, error)
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
 class UnixServer:
     """One grpclib server on one unix socket; the socket file is this instance's and goes with it."""
 
@@ -211,6 +223,7 @@ class UnixServer:
         self._handlers = handlers
         self._calls = Calls()
         self._server: Server | None = None
+        self._socket: tuple[int, int] | None = None
 
     async def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
@@ -225,11 +238,17 @@ class UnixServer:
         )
         await server.start(path=os.fspath(self.path))
         self._server = server
+        self._socket = _identity(self.path)
 
     async def stop(self, grace: float) -> None:
         """Remove the socket (no new connections find it), let running calls finish for up to
-        ``grace`` seconds (new ones are refused), then cancel what is left and close."""
-        remove_socket(self.path)
+        ``grace`` seconds (new ones are refused), then cancel what is left and close.
+
+        A file at the path that is not the socket this server made (another process's, after ours was
+        deleted) stays."""
+        if self._socket is not None and _identity(self.path) == self._socket:
+            remove_socket(self.path)
+        self._socket = None
         if self._server is None:
             return
         await self._calls.drained(grace)
@@ -246,25 +265,33 @@ def channel(path: Path) -> Channel:
     return Channel(path=os.fspath(path), codec=MessageCodec())
 
 
-async def call_unary(
-    path: Path, method: Method[Request, Response], request: Request, timeout: float
+async def call(
+    connection: Channel, method: Method[Request, Response], request: Request, timeout: float
 ) -> Response:
-    """One unary call on a fresh connection to ``path``.
+    """One unary call on ``connection``.
 
-    Raises ``GRPCError`` (the server's status), ``OSError`` (no listener) or ``TimeoutError``.
+    Raises ``GRPCError`` (the server's status), ``OSError`` (no listener) or ``TimeoutError``; all are
+    in ``CALL_ERRORS``.
     """
-    connection = channel(path)
-    try:
-        async with connection.request(
-            method.path, Cardinality.UNARY_UNARY, method.request, method.response, timeout=timeout
-        ) as stream:
-            await stream.send_message(request, end=True)
-            reply = await stream.recv_message()
-    finally:
-        connection.close()
+    async with connection.request(
+        method.path, Cardinality.UNARY_UNARY, method.request, method.response, timeout=timeout
+    ) as stream:
+        await stream.send_message(request, end=True)
+        reply = await stream.recv_message()
     if reply is None:
         raise GRPCError(Status.INTERNAL, f"{method.path}: no answer")
     return reply
+
+
+async def call_unary(
+    path: Path, method: Method[Request, Response], request: Request, timeout: float
+) -> Response:
+    """One unary call on a fresh connection to the unix socket ``path``, closed afterwards."""
+    connection = channel(path)
+    try:
+        return await call(connection, method, request, timeout)
+    finally:
+        connection.close()
 
 
 async def stream_messages(
