@@ -54,7 +54,7 @@ test: lint k8s-bins images helm-bin node-bins
 	$(BIN)/pytest -q
 
 protos: venv
-	$(BIN)/python tools/genproto.py
+	$(BIN)/python tools/genproto.py >/dev/null
 
 bench: venv
 	$(BIN)/python bench/run_all.py

@@ -40,10 +40,6 @@ from pathlib import Path
 import grpc.aio
 from plugin_bench import LoadAverage, header, idle_cpu_percent, peak_rss_mib, pss_mib, rss_mib, wait_until
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
-from intel_device_plugins.dra.api import dra_health_v1_pb2 as health_pb
-from intel_device_plugins.dra.api import dra_health_v1_pb2_grpc as health_grpc
 from intel_device_plugins.kube.rest import SERVICE_ACCOUNT_DIR
 from intel_device_plugins.operator.kinds import DeviceKind
 from intel_device_plugins.sim.kubelet import KubeletStandIn
@@ -52,6 +48,10 @@ from intel_device_plugins.sim.process import console_script, plugin_process
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import ControlPlaneConfig, running_control_plane
 from k8stest.kubeclient import KubeClient
+from k8stest.kubeletapi import dra_health_v1_pb2 as health_pb
+from k8stest.kubeletapi import dra_health_v1_pb2_grpc as health_grpc
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
+from k8stest.kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 from k8stest.node.dra import DRA_NODE_CARDS, DRA_NODE_NAME, DRA_NODE_PROFILE
 from k8stest.node.plugins import sample_daemonset
 

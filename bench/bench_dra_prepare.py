@@ -43,14 +43,15 @@ import grpc.aio
 from plugin_bench import Latency, Target, interleaved_latencies
 
 from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Mount
-from intel_device_plugins.dra.api import dra_v1_pb2 as pb
-from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.checkpoint import Checkpoint, is_volatile
-from intel_device_plugins.dra.grpcserver import UnixServer, unary
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import AllocatedDevice, Device, Inventory
 from intel_device_plugins.dra.profile import default_claim_edits
-from intel_device_plugins.dra.wire import empty
+from intel_device_plugins.kubeletapi import pluginregistration_v1 as reg
+from intel_device_plugins.kubeletapi.rpc import UnixServer, unary
+from intel_device_plugins.kubeletapi.wire import Method
+from k8stest.kubeletapi import dra_v1_pb2 as pb
+from k8stest.kubeletapi import dra_v1_pb2_grpc as pb_grpc
 
 DRIVER = "gpu.intel.com"
 NODE = "bench-node"
@@ -129,13 +130,12 @@ async def serve(workdir: Path, cdi_dir: Path) -> None:
         cdi_dir,
     )
 
-    async def nothing(request: None) -> bytes:
-        return b""
+    async def nothing(request: reg.InfoRequest) -> reg.InfoRequest:
+        return request
 
     # The floor goes through the same grpclib server, codec and request reader as the DRA methods.
-    server = UnixServer(
-        workdir / "dra.sock", {**service.handlers(), **dict([unary("bench.Floor", "Empty", empty, nothing)])}
-    )
+    floor = Method(FLOOR_METHOD, reg.InfoRequest, reg.InfoRequest)
+    server = UnixServer(workdir / "dra.sock", {**service.handlers(), **dict([unary(floor, nothing)])})
     await server.start()
     await asyncio.Event().wait()
 

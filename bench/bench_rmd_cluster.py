@@ -44,8 +44,6 @@ import aiohttp
 import grpc
 import yaml
 
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
 from intel_device_plugins.rmd.client import RmdClient, TlsMaterial, Transport, client_ssl_context
 from intel_device_plugins.rmd.model import RmdConfigSpec, parse
 from intel_device_plugins.rmd.reconcile import (
@@ -58,6 +56,8 @@ from intel_device_plugins.sim.rmd import VolumeSources, lay_out_container
 from k8stest.binaries import find_binaries
 from k8stest.controlplane import ControlPlane, running_control_plane
 from k8stest.kubeclient import KubeClient, wait_for
+from k8stest.kubeletapi import podresources_v1_pb2 as pr_pb
+from k8stest.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 from k8stest.kwok import create_kwok_nodes
 from k8stest.operatorinstall import install
 from k8stest.process import ManagedProcess

@@ -43,8 +43,6 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from intel_device_plugins.deviceplugin.model import DeviceTree, diff_trees
 from intel_device_plugins.deviceplugin.plugin import Scanner
 from intel_device_plugins.deviceplugin.server import FrameworkConfig, ResourceServer, to_proto_allocation
@@ -53,6 +51,8 @@ from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import PluginProcess, console_script, plugin_process
 from intel_device_plugins.sim.uevents import UeventBroadcaster
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2 as pb
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -197,7 +197,7 @@ def allocation_cost_us(
     devices = plugin.scan()[name]
     started = time.process_time()
     for _ in range(iterations):
-        to_proto_allocation(server.allocate_container(devices, ids)).SerializeToString()
+        to_proto_allocation(server.allocate_container(devices, ids)).encode()
     return (time.process_time() - started) / iterations * 1e6
 
 

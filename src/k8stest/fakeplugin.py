@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
-from intel_device_plugins.deviceplugin.api import (
+from k8stest.kubeletapi import (
     deviceplugin_v1beta1_pb2 as pb,
 )
-from intel_device_plugins.deviceplugin.api import (
+from k8stest.kubeletapi import (
     deviceplugin_v1beta1_pb2_grpc as pb_grpc,
 )
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries, write_cdi_spec
 from intel_device_plugins.deviceplugin.manager import PluginManager, serve_plugins
 from intel_device_plugins.deviceplugin.model import (
@@ -31,6 +31,8 @@ from intel_device_plugins.deviceplugin.model import (
 )
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
 from intel_device_plugins.sim.kubelet import KubeletStandIn
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2 as pb
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from tests.builders import widget
 
 RESOURCE = "example.com/widget"
@@ -247,10 +249,10 @@ async def test_allocate_fails_naming_the_spec_and_errno_when_it_cannot_be_writte
     plugin = WedgingPlugin(tree={"widget": {"w0": widget(0, cdi=CDI), "w1": widget(1)}})
     async with running(plugin, config_for(plugin_dir, cdi_dir=not_a_dir)):
         await kubelet.wait_for(lambda: len(advertised(kubelet)) == 2)
-        with pytest.raises(grpc.aio.AioRpcError) as failed:
+        with pytest.raises(GRPCError) as failed:
             await kubelet.allocate(RESOURCE, ["w0"])
-        assert failed.value.code() == grpc.StatusCode.INTERNAL
-        details = failed.value.details() or ""
+        assert failed.value.status == Status.INTERNAL
+        details = failed.value.message or ""
         assert f"{not_a_dir}/example.com-widget-w0.yaml" in details and "errno 17" in details
         # Devices without CDI are still allocated.
         assert [d.host_path for d in (await kubelet.allocate(RESOURCE, ["w1"])).devices] == ["/dev/widget1"]

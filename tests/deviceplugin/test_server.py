@@ -12,10 +12,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
 from intel_device_plugins.deviceplugin import server as server_module
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from intel_device_plugins.deviceplugin.manager import PluginManager
 from intel_device_plugins.deviceplugin.model import (
     CdiDevice,
@@ -26,7 +26,10 @@ from intel_device_plugins.deviceplugin.model import (
     Health,
 )
 from intel_device_plugins.deviceplugin.server import FrameworkConfig, message_size_problem
+from intel_device_plugins.kubeletapi import deviceplugin_v1beta1 as dp
 from intel_device_plugins.sim.kubelet import KubeletStandIn
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2 as pb
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from tests.builders import widget
 
 RESOURCE = "example.com/widget"
@@ -187,13 +190,13 @@ async def test_allocate_errors_name_the_device_and_serving_continues(
     plugin = FakePlugin({"widget": {"ok": widget(0), "sick": widget(1, health=Health.UNHEALTHY)}})
     async with running(plugin, plugin_dir):
         await kubelet.wait_for(lambda: len(advertised(kubelet)) == 2)
-        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        with pytest.raises(GRPCError) as unknown:
             await kubelet.allocate(RESOURCE, ["ghost"])
-        assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "non-existing device ghost" in (unknown.value.details() or "")
-        with pytest.raises(grpc.aio.AioRpcError) as sick:
+        assert unknown.value.status == Status.INVALID_ARGUMENT
+        assert "non-existing device ghost" in (unknown.value.message or "")
+        with pytest.raises(GRPCError) as sick:
             await kubelet.allocate(RESOURCE, ["sick"])
-        assert "unhealthy device sick" in (sick.value.details() or "")
+        assert "unhealthy device sick" in (sick.value.message or "")
         response = await kubelet.allocate(RESOURCE, ["ok"])
         assert [d.host_path for d in response.devices] == ["/dev/widget0"]
 
@@ -318,20 +321,6 @@ async def test_stop_withdraws_the_devices_before_the_stream_ends(
     assert advertised(kubelet) == {}
 
 
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-
-class AbortingContext:
-    """The part of a gRPC servicer context that Allocate uses."""
-
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise Aborted(code, details)
-
-
 async def test_allocate_after_stop_began_says_the_plugin_is_stopping(
     kubelet: KubeletStandIn, plugin_dir: Path
 ) -> None:
@@ -340,11 +329,11 @@ async def test_allocate_after_stop_began_says_the_plugin_is_stopping(
         await kubelet.wait_for(lambda: len(advertised(kubelet)) == 3)
         server = manager.servers["widget"]
         await server.stop()
-        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["w0"])])
-        with pytest.raises(Aborted) as error:
-            await server.Allocate(request, AbortingContext())  # type: ignore[arg-type]
-    assert error.value.code == grpc.StatusCode.UNAVAILABLE
-    assert error.value.details == "example.com/widget: the plugin is stopping; w0 not allocated"
+        request = dp.AllocateRequest(container_requests=(dp.ContainerAllocateRequest(devices_ids=("w0",)),))
+        with pytest.raises(GRPCError) as error:
+            await server.Allocate(request)
+    assert error.value.status == Status.UNAVAILABLE
+    assert error.value.message == "example.com/widget: the plugin is stopping; w0 not allocated"
 
 
 @dataclass

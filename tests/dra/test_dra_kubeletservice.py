@@ -16,15 +16,7 @@ import grpc.aio
 import pytest
 import yaml
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from intel_device_plugins.deviceplugin.model import Health
-from intel_device_plugins.dra.api import dra_health_v1_pb2 as health_v1
-from intel_device_plugins.dra.api import dra_health_v1_pb2_grpc as health_v1_grpc
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as health_v1alpha1
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2_grpc as health_v1alpha1_grpc
-from intel_device_plugins.dra.api import dra_v1_pb2 as pb
-from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.checkpoint import Checkpoint
 from intel_device_plugins.dra.kubeletservice import (
     HEALTH_CHECK_TIMEOUT,
@@ -33,6 +25,14 @@ from intel_device_plugins.dra.kubeletservice import (
 )
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
+from k8stest.kubeletapi import dra_health_v1_pb2 as health_v1
+from k8stest.kubeletapi import dra_health_v1_pb2_grpc as health_v1_grpc
+from k8stest.kubeletapi import dra_health_v1alpha1_pb2 as health_v1alpha1
+from k8stest.kubeletapi import dra_health_v1alpha1_pb2_grpc as health_v1alpha1_grpc
+from k8stest.kubeletapi import dra_v1_pb2 as pb
+from k8stest.kubeletapi import dra_v1_pb2_grpc as pb_grpc
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
+from k8stest.kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 from tests.dra.draclaims import DRIVER, NODE, Profile, claim, device, inventory, result
 
 UID_A = "0b6a1c2e-7d3f-4a51-9c8e-2f4b6d8a0c1e"

@@ -10,10 +10,6 @@ from pathlib import Path
 import grpc.aio
 import pytest
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
-from intel_device_plugins.dra.api import dra_v1_pb2 as pb
-from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
 from intel_device_plugins.dra.checkpoint import Checkpoint
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.registration import (
@@ -23,6 +19,10 @@ from intel_device_plugins.dra.registration import (
     SocketPaths,
     registrar_socket_name,
 )
+from k8stest.kubeletapi import dra_v1_pb2 as pb
+from k8stest.kubeletapi import dra_v1_pb2_grpc as pb_grpc
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
+from k8stest.kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 from tests.dra.draclaims import DRIVER, NODE, Profile, claim, result
 
 POD_UID = "0b6a1c2e-7d3f-4a51-9c8e-2f4b6d8a0c1e"

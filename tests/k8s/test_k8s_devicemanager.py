@@ -8,8 +8,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
 from k8stest.devicemanager import AdmissionError, DeviceManagerHarness, pod_manifest
 from k8stest.fakeplugin import (
     UNHEALTHY,
@@ -19,6 +17,8 @@ from k8stest.fakeplugin import (
     devices,
 )
 from k8stest.kubeclient import wait_for
+from k8stest.kubeletapi import podresources_v1_pb2 as pr
+from k8stest.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 
 pytestmark = pytest.mark.k8s
 

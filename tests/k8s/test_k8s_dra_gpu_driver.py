@@ -20,8 +20,6 @@ from typing import Any
 import grpc
 import pytest
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from intel_device_plugins.dra.classes import device_class
 from intel_device_plugins.plugins.gpu.dra import GPU_DEVICE_CLASSES
 from intel_device_plugins.sim.fakefs import FakeTree
@@ -29,6 +27,8 @@ from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient, wait_for
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
+from k8stest.kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 from k8stest.process import ManagedProcess
 
 pytestmark = pytest.mark.k8s

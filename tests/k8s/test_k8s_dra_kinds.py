@@ -18,14 +18,14 @@ from typing import Any
 import grpc
 import pytest
 
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as reg_pb
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from intel_device_plugins.plugins import dracombined
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script
 from intel_device_plugins.sim.profiles import profile_text
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import KubeClient, wait_for
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
+from k8stest.kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
 from k8stest.process import ManagedProcess
 
 pytestmark = pytest.mark.k8s

@@ -10,8 +10,6 @@ import grpc.aio
 import pytest
 import yaml
 
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
 from intel_device_plugins.rmd.agent import (
     cpus_by_container,
     desired_workloads,
@@ -23,6 +21,8 @@ from intel_device_plugins.rmd.model import RmdWorkloadSpec, parse
 from intel_device_plugins.rmd.nodeagent import list_pod_resources, wants_cache
 from intel_device_plugins.rmd.payload import build_payload
 from intel_device_plugins.sim.rmd import RmdState
+from k8stest.kubeletapi import podresources_v1_pb2 as pr_pb
+from k8stest.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 
 SAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "rmd" / "samples"
 

@@ -31,8 +31,6 @@ import pytest
 import yaml
 from cryptography import x509
 
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
 from intel_device_plugins.rmd import rotation
 from intel_device_plugins.rmd.reconcile import (
     NFD_RDT_LABEL,
@@ -44,6 +42,8 @@ from intel_device_plugins.rmd.reconcile import (
 from intel_device_plugins.sim.rmd import lay_out_container
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
+from k8stest.kubeletapi import podresources_v1_pb2 as pr_pb
+from k8stest.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 from k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
 from k8stest.process import ManagedProcess, free_port, port_is_listening
 from tests.rmd.test_rmd_model import CORE_IDS_REFUSED

@@ -25,12 +25,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-import grpc.aio
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
 from intel_device_plugins.deviceplugin.allocation import check_preferred, fallback_choice
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_spec
 from intel_device_plugins.deviceplugin.model import (
     AllocationError,
@@ -45,6 +43,15 @@ from intel_device_plugins.deviceplugin.plugin import (
     PreferredAllocator,
     PreStarter,
     Scanner,
+)
+from intel_device_plugins.kubeletapi import deviceplugin_v1beta1 as pb
+from intel_device_plugins.kubeletapi.rpc import (
+    CALL_ERRORS,
+    Handlers,
+    UnixServer,
+    call_unary,
+    server_stream,
+    unary,
 )
 
 log = logging.getLogger(__name__)
@@ -105,30 +112,30 @@ def to_proto_allocation(allocation: ContainerAllocation) -> pb.ContainerAllocate
     return pb.ContainerAllocateResponse(
         envs=dict(allocation.envs),
         annotations=dict(allocation.annotations),
-        mounts=[
+        mounts=tuple(
             pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
             for m in allocation.mounts
-        ],
-        devices=[
+        ),
+        devices=tuple(
             pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path, permissions=n.permissions)
             for n in allocation.nodes
-        ],
-        cdi_devices=[pb.CDIDevice(name=name) for name in allocation.cdi_devices],
+        ),
+        cdi_devices=tuple(pb.CDIDevice(name=name) for name in allocation.cdi_devices),
     )
 
 
-def to_proto_devices(devices: DeviceMap) -> list[pb.Device]:
+def to_proto_devices(devices: DeviceMap) -> tuple[pb.Device, ...]:
     """Devices sorted by ID, so every ListAndWatch message is deterministic."""
-    return [
+    return tuple(
         pb.Device(
             ID=device_id,
             health=info.health.value,
-            topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in info.numa_nodes])
+            topology=pb.TopologyInfo(nodes=tuple(pb.NUMANode(ID=n) for n in info.numa_nodes))
             if info.numa_nodes
             else None,
         )
         for device_id, info in sorted(devices.items())
-    ]
+    )
 
 
 def _socket_in_use(path: Path) -> bool:
@@ -154,7 +161,7 @@ def _inode(path: Path) -> tuple[int, int] | None:
     return (info.st_dev, info.st_ino)
 
 
-class ResourceServer(pb_grpc.DevicePluginServicer):
+class ResourceServer:
     """Serves one resource (``<namespace>/<resource>``) to the kubelet."""
 
     def __init__(
@@ -179,7 +186,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self._streams_behind: dict[int, int] = {}  # stream id -> version it last sent
         self._stream_lost_at: float | None = None
         self._changed = asyncio.Condition()
-        self._server: grpc.aio.Server | None = None
+        self._server: UnixServer | None = None
         self._socket_identity: tuple[int, int] | None = None
         self._registered_with: tuple[int, int] | None = None
         self._wake = asyncio.Event()
@@ -219,7 +226,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         except Exception:
             log.exception("%s: cannot build the device list; keeping the previous one", self.resource_name)
             return
-        problem = message_size_problem(message.ByteSize(), len(devices), KUBELET_MAX_MESSAGE_BYTES)
+        problem = message_size_problem(len(message.encode()), len(devices), KUBELET_MAX_MESSAGE_BYTES)
         if problem and problem != self._message_problem:
             log.warning("%s: %s", self.resource_name, problem)
         self._message_problem = problem
@@ -274,7 +281,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
                 self._last_problem = ""
                 log.info("registered %s with the kubelet (endpoint %s)", self.resource_name, self.socket_name)
             return True
-        except (OSError, grpc.aio.AioRpcError, RuntimeError) as error:
+        except (*CALL_ERRORS, RuntimeError) as error:
             self._problem(f"{self.resource_name}: {error}")
             return False
 
@@ -304,12 +311,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             if _socket_in_use(self.socket_path):
                 raise OSError(f"socket {self.socket_path} is already in use by another process")
             self.socket_path.unlink()
-        server = grpc.aio.server()
-        pb_grpc.add_DevicePluginServicer_to_server(self, server)
-        try:
-            server.add_insecure_port(f"unix:{self.socket_path}")
-        except RuntimeError as error:
-            raise OSError(f"cannot listen on {self.socket_path}: {error}") from error
+        server = UnixServer(self.socket_path, self.handlers())
         await server.start()
         self._server = server
         self._socket_identity = _inode(self.socket_path)
@@ -322,15 +324,12 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             resource_name=self.resource_name,
             options=self._options(),
         )
-        async with grpc.aio.insecure_channel(f"unix:{self.config.kubelet_socket}") as channel:
-            await pb_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT)
+        await call_unary(self.config.kubelet_socket, pb.Registration.Register, request, REGISTER_TIMEOUT)
 
     async def _stop_server(self, grace: float) -> None:
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(grace=grace)
-        if self._socket_identity is not None and _inode(self.socket_path) == self._socket_identity:
-            self.socket_path.unlink(missing_ok=True)
+            await server.stop(grace=grace)  # removes the socket file if it is still the one it made
         self._socket_identity = None
 
     async def stop(self) -> None:
@@ -358,22 +357,31 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
 
     # ----- DevicePlugin service --------------------------------------------------------------
 
+    def handlers(self) -> Handlers:
+        """``v1beta1.DevicePlugin``, for the server on this resource's socket."""
+        return dict(
+            [
+                unary(pb.DevicePlugin.GetDevicePluginOptions, self.GetDevicePluginOptions),
+                server_stream(pb.DevicePlugin.ListAndWatch, self.ListAndWatch),
+                unary(pb.DevicePlugin.GetPreferredAllocation, self.GetPreferredAllocation),
+                unary(pb.DevicePlugin.Allocate, self.Allocate),
+                unary(pb.DevicePlugin.PreStartContainer, self.PreStartContainer),
+            ]
+        )
+
     def _options(self) -> pb.DevicePluginOptions:
         return pb.DevicePluginOptions(
             pre_start_required=self._pre_starter is not None,
             get_preferred_allocation_available=self._preferred_allocator is not None,
         )
 
-    async def GetDevicePluginOptions(
-        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.DevicePluginOptions]
-    ) -> pb.DevicePluginOptions:
+    async def GetDevicePluginOptions(self, request: pb.Empty) -> pb.DevicePluginOptions:
         return self._options()
 
-    async def ListAndWatch(
-        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse]
-    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+    async def ListAndWatch(self, request: pb.Empty) -> AsyncIterator[pb.ListAndWatchResponse]:
         sent_version = -1
-        stream = id(context)
+        marker = object()  # this call's key in ``_streams_behind`` is its id, unique while the call runs
+        stream = id(marker)
         self._open_streams += 1
         self._streams_behind[stream] = sent_version
         self._stream_lost_at = None
@@ -407,39 +415,35 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
     def _news_since(self, version: int) -> Callable[[], bool]:
         return lambda: self._stopping or self._version != version
 
-    async def Allocate(
-        self,
-        request: pb.AllocateRequest,
-        context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse],
-    ) -> pb.AllocateResponse:
+    async def Allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
         devices = self._devices
         responses = []
         for container in request.container_requests:
             ids = list(container.devices_ids)
             if self._closing:
                 # The devices are withdrawn by now; "non-existing device" would send the user hunting.
-                await context.abort(
-                    grpc.StatusCode.UNAVAILABLE,
+                raise GRPCError(
+                    Status.UNAVAILABLE,
                     f"{self.resource_name}: the plugin is stopping; {', '.join(ids)} not allocated",
                 )
             try:
                 allocation = self.allocate_container(devices, ids)
             except AllocationError as error:
                 log.warning("%s: Allocate rejected: %s", self.resource_name, error)
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+                raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from error
             except Exception as error:
                 log.exception("%s: Allocate of %s failed", self.resource_name, ids)
-                await context.abort(
-                    grpc.StatusCode.INTERNAL, f"{self.resource_name}: allocation failed: {error}"
-                )
+                raise GRPCError(
+                    Status.INTERNAL, f"{self.resource_name}: allocation failed: {error}"
+                ) from error
             try:
                 self._write_cdi_specs(devices, ids)
             except CdiWriteError as error:
                 # Handing out a CDI name without its spec would fail the pod later, obscurely.
                 log.error("%s: Allocate of %s failed: %s", self.resource_name, ids, error)
-                await context.abort(grpc.StatusCode.INTERNAL, f"{self.resource_name}: {error}")
+                raise GRPCError(Status.INTERNAL, f"{self.resource_name}: {error}") from error
             responses.append(to_proto_allocation(allocation))
-        return pb.AllocateResponse(container_responses=responses)
+        return pb.AllocateResponse(container_responses=tuple(responses))
 
     def allocate_container(self, devices: DeviceMap, ids: Sequence[str]) -> ContainerAllocation:
         """The plugin's own allocation if it has one, else the default plus its post-allocation hook."""
@@ -469,9 +473,7 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             self._cdi_written[info.cdi.qualified_name] = (info.cdi, path)
 
     async def GetPreferredAllocation(
-        self,
-        request: pb.PreferredAllocationRequest,
-        context: grpc.aio.ServicerContext[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse],
+        self, request: pb.PreferredAllocationRequest
     ) -> pb.PreferredAllocationResponse:
         responses = []
         devices = self._devices
@@ -490,10 +492,10 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             size = min(container.allocation_size, len(available))
             responses.append(
                 pb.ContainerPreferredAllocationResponse(
-                    deviceIDs=self.preferred(available, must_include, size)
+                    deviceIDs=tuple(self.preferred(available, must_include, size))
                 )
             )
-        return pb.PreferredAllocationResponse(container_responses=responses)
+        return pb.PreferredAllocationResponse(container_responses=tuple(responses))
 
     def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
         """The plugin's preference, checked; any failure yields a valid fallback, never an error.
@@ -516,15 +518,11 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             log.warning("%s: preferred allocation %s; using fallback", self.resource_name, checked.problem)
         return list(checked.ids)
 
-    async def PreStartContainer(
-        self,
-        request: pb.PreStartContainerRequest,
-        context: grpc.aio.ServicerContext[pb.PreStartContainerRequest, pb.PreStartContainerResponse],
-    ) -> pb.PreStartContainerResponse:
+    async def PreStartContainer(self, request: pb.PreStartContainerRequest) -> pb.PreStartContainerResponse:
         if self._pre_starter is not None:
             try:
                 self._pre_starter.pre_start(self.resource, list(request.devices_ids))
             except Exception as error:
                 log.warning("%s: PreStartContainer failed: %s", self.resource_name, error)
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+                raise GRPCError(Status.FAILED_PRECONDITION, str(error)) from error
         return pb.PreStartContainerResponse()

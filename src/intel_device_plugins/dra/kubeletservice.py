@@ -34,13 +34,11 @@ from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_docum
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError
 from intel_device_plugins.dra.claims import ClaimError, allocated_devices, check_claim_uid
-from intel_device_plugins.dra.grpcserver import Handlers, server_stream, unary
 from intel_device_plugins.dra.model import ClaimRef, HealthState, Inventory, PreparedClaim
 from intel_device_plugins.dra.prepare import files_to_remove, plan_prepare
 from intel_device_plugins.dra.profile import ClaimPreparationError, DriverProfile
-from intel_device_plugins.dra.wire import DeviceAnswer, claims_request, empty, health_response
-from intel_device_plugins.dra.wire import prepare_response as encode_prepare_response
-from intel_device_plugins.dra.wire import unprepare_response as encode_unprepare_response
+from intel_device_plugins.kubeletapi import dra_health_v1, dra_health_v1alpha1, dra_v1
+from intel_device_plugins.kubeletapi.rpc import Handlers, server_stream, unary
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +58,8 @@ GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
 """``await get_claim(namespace, name)``: the ResourceClaim as the API server returns it."""
 
 
-DRA_SERVICE = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
-HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+DRA_SERVICE = dra_v1.DRAPlugin.NAME
+HEALTH_SERVICES = (dra_health_v1.DRAResourceHealth.NAME, dra_health_v1alpha1.DRAResourceHealth.NAME)
 """The health stream in both packages, for 1.37 and 1.36 kubelets (the messages are identical)."""
 
 
@@ -75,6 +73,32 @@ def health_report(inventory: Inventory) -> tuple[tuple[str, HealthState, str], .
                 device.health_message[:MAX_HEALTH_MESSAGE],
             )
             for device in inventory.devices
+        )
+    )
+
+
+HEALTH_CODES = {
+    HealthState.UNKNOWN: dra_health_v1.HealthStatus.UNKNOWN,
+    HealthState.HEALTHY: dra_health_v1.HealthStatus.HEALTHY,
+    HealthState.UNHEALTHY: dra_health_v1.HealthStatus.UNHEALTHY,
+}
+
+
+def health_response(
+    pool: str, devices: Sequence[tuple[str, HealthState, str]], now: int, timeout_seconds: int = 0
+) -> dra_health_v1.NodeWatchResourcesResponse:
+    """Every device's health at ``now``, each valid for ``timeout_seconds``
+    (``health_check_timeout_seconds``; 0 leaves the kubelet's 30 s)."""
+    return dra_health_v1.NodeWatchResourcesResponse(
+        devices=tuple(
+            dra_health_v1.DeviceHealth(
+                device=dra_health_v1.DeviceIdentifier(pool_name=pool, device_name=name),
+                health=HEALTH_CODES[state],
+                last_updated_time=now,
+                health_check_timeout_seconds=timeout_seconds,
+                message=message,
+            )
+            for name, state, message in devices
         )
     )
 
@@ -210,40 +234,51 @@ class KubeletService:
         return outcomes
 
     # ----- gRPC: v1.DRAPlugin --------------------------------------------------------------------
-    # Requests arrive decoded by dra.wire, answers leave as its bytes: protobuf's runtime is not loaded.
+    # Messages are the generated codecs of kubeletapi: protobuf's runtime is not loaded.
 
     @staticmethod
-    def _refs(claims: list[ClaimRef]) -> list[ClaimRef]:
+    def _refs(claims: Sequence[dra_v1.Claim]) -> list[ClaimRef]:
         if len(claims) > MAX_CLAIMS_PER_CALL:
             raise GRPCError(
                 Status.INVALID_ARGUMENT, f"{len(claims)} claims in one call, over {MAX_CLAIMS_PER_CALL}"
             )
-        return claims
+        return [ClaimRef(namespace=claim.namespace, uid=claim.uid, name=claim.name) for claim in claims]
 
-    async def NodePrepareResources(self, request: list[ClaimRef]) -> bytes:
-        refs = self._refs(request)
-        answers: dict[str, Sequence[DeviceAnswer] | str] = {}
+    async def NodePrepareResources(
+        self, request: dra_v1.NodePrepareResourcesRequest
+    ) -> dra_v1.NodePrepareResourcesResponse:
+        refs = self._refs(request.claims)
+        answers: dict[str, dra_v1.NodePrepareResourceResponse] = {}
         for uid, outcome in (await self.prepare(refs)).items():
             if isinstance(outcome, BaseException):
-                answers[uid] = _claim_error_text(outcome)
+                answers[uid] = dra_v1.NodePrepareResourceResponse(error=_claim_error_text(outcome))
                 continue
-            answers[uid] = [
-                DeviceAnswer(
-                    request_names=tuple(device.requests),
-                    pool_name=device.pool,
-                    device_name=device.device,
-                    cdi_device_ids=tuple(device.cdi_device_ids),
-                    share_id=device.share_id,
+            answers[uid] = dra_v1.NodePrepareResourceResponse(
+                devices=tuple(
+                    dra_v1.Device(
+                        request_names=tuple(device.requests),
+                        pool_name=device.pool,
+                        device_name=device.device,
+                        cdi_device_ids=tuple(device.cdi_device_ids),
+                        share_id=device.share_id,
+                    )
+                    for device in outcome.devices
                 )
-                for device in outcome.devices
-            ]
-        return encode_prepare_response(answers)
+            )
+        return dra_v1.NodePrepareResourcesResponse(claims=answers)
 
-    async def NodeUnprepareResources(self, request: list[ClaimRef]) -> bytes:
-        refs = self._refs(request)
+    async def NodeUnprepareResources(
+        self, request: dra_v1.NodeUnprepareResourcesRequest
+    ) -> dra_v1.NodeUnprepareResourcesResponse:
+        refs = self._refs(request.claims)
         outcomes = self.unprepare(refs).items()
-        return encode_unprepare_response(
-            {uid: "" if outcome is None else _claim_error_text(outcome) for uid, outcome in outcomes}
+        return dra_v1.NodeUnprepareResourcesResponse(
+            claims={
+                uid: dra_v1.NodeUnprepareResourceResponse(
+                    error="" if outcome is None else _claim_error_text(outcome)
+                )
+                for uid, outcome in outcomes
+            }
         )
 
     # ----- health --------------------------------------------------------------------------------
@@ -260,28 +295,36 @@ class KubeletService:
         changed, self._health_changed = self._health_changed, asyncio.Event()
         changed.set()
 
-    def _health_message(self) -> bytes:
+    def _health_message(self) -> dra_health_v1.NodeWatchResourcesResponse:
         return health_response(self.node_name, self._health, int(time.time()), HEALTH_CHECK_TIMEOUT)
 
-    async def health_stream(self) -> AsyncIterator[bytes]:
-        """The stream's messages, encoded: now, on every change, and periodically."""
+    async def health_stream(self) -> AsyncIterator[dra_health_v1.NodeWatchResourcesResponse]:
+        """The stream's messages: now, on every change, and periodically."""
         while True:
             changed = self._health_changed
             yield self._health_message()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self._resend)
 
-    def _watch(self, request: None) -> AsyncIterator[bytes]:
+    def _watch(
+        self, request: dra_health_v1.NodeWatchResourcesRequest
+    ) -> AsyncIterator[dra_health_v1.NodeWatchResourcesResponse]:
         return self.health_stream()
+
+    async def _watch_v1alpha1(
+        self, request: dra_health_v1alpha1.NodeWatchResourcesRequest
+    ) -> AsyncIterator[dra_health_v1alpha1.NodeWatchResourcesResponse]:
+        """The same stream in v1alpha1's classes (the same bytes: the two versions' messages agree)."""
+        async for message in self.health_stream():
+            yield dra_health_v1alpha1.NodeWatchResourcesResponse.decode(message.encode())
 
     def handlers(self) -> Handlers:
         """``v1.DRAPlugin``, ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth`` for a server."""
-        methods = dict(
+        return dict(
             [
-                unary(DRA_SERVICE, "NodePrepareResources", claims_request, self.NodePrepareResources),
-                unary(DRA_SERVICE, "NodeUnprepareResources", claims_request, self.NodeUnprepareResources),
+                unary(dra_v1.DRAPlugin.NodePrepareResources, self.NodePrepareResources),
+                unary(dra_v1.DRAPlugin.NodeUnprepareResources, self.NodeUnprepareResources),
+                server_stream(dra_health_v1.DRAResourceHealth.NodeWatchResources, self._watch),
+                server_stream(dra_health_v1alpha1.DRAResourceHealth.NodeWatchResources, self._watch_v1alpha1),
             ]
         )
-        for service in HEALTH_SERVICES:
-            methods.update([server_stream(service, "NodeWatchResources", empty, self._watch)])
-        return methods

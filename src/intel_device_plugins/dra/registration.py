@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from intel_device_plugins.dra.grpcserver import Handlers, UnixServer, unary
-from intel_device_plugins.dra.wire import empty, plugin_info, registration_status
+from intel_device_plugins.kubeletapi import pluginregistration_v1 as reg
+from intel_device_plugins.kubeletapi.rpc import Handlers, UnixServer, unary
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +123,13 @@ class RegistrationStatus:
     error: str = ""
 
 
-REGISTRATION_SERVICE = "pluginregistration.Registration"
+REGISTRATION_SERVICE = reg.Registration.NAME
 
 
 class RegistrationService:
     """``GetInfo`` names the driver and its endpoint; ``NotifyRegistrationStatus`` is recorded and
     logged, and ``on_status`` (if given) hears it, so the driver can tell when the kubelet took it.
-    Messages are encoded by :mod:`intel_device_plugins.dra.wire` (no protobuf runtime)."""
+    Messages are the generated codecs of :mod:`intel_device_plugins.kubeletapi` (no protobuf runtime)."""
 
     def __init__(
         self,
@@ -144,12 +144,18 @@ class RegistrationService:
         self.statuses: list[RegistrationStatus] = []
         self._on_status = on_status
 
-    async def GetInfo(self, request: None) -> bytes:
-        return plugin_info(PLUGIN_TYPE, self.driver, os.fspath(self.endpoint), self.supported_services)
+    async def GetInfo(self, request: reg.InfoRequest) -> reg.PluginInfo:
+        return reg.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self.driver,
+            endpoint=os.fspath(self.endpoint),
+            supported_versions=tuple(self.supported_services),
+        )
 
-    async def NotifyRegistrationStatus(self, request: tuple[bool, str]) -> bytes:
-        registered, error = request
-        status = RegistrationStatus(registered=registered, error=error)
+    async def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus
+    ) -> reg.RegistrationStatusResponse:
+        status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
         # The kubelet calls this once per registration; keeping the last few is enough to diagnose.
         self.statuses = [*self.statuses[-9:], status]
         if status.registered:
@@ -158,18 +164,13 @@ class RegistrationService:
             log.error("kubelet refused DRA driver %s: %s", self.driver, status.error)
         if self._on_status is not None:
             self._on_status(status)
-        return b""  # RegistrationStatusResponse has no fields
+        return reg.RegistrationStatusResponse()
 
     def handlers(self) -> Handlers:
         return dict(
             [
-                unary(REGISTRATION_SERVICE, "GetInfo", empty, self.GetInfo),
-                unary(
-                    REGISTRATION_SERVICE,
-                    "NotifyRegistrationStatus",
-                    registration_status,
-                    self.NotifyRegistrationStatus,
-                ),
+                unary(reg.Registration.GetInfo, self.GetInfo),
+                unary(reg.Registration.NotifyRegistrationStatus, self.NotifyRegistrationStatus),
             ]
         )
 

@@ -12,21 +12,21 @@ import logging
 import os
 import sys
 from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 
-import grpc.aio
 from lightkube import AsyncClient
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2 as pr_pb
-from intel_device_plugins.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
 from intel_device_plugins.flags import GoFlagParser
 from intel_device_plugins.kube.apierrors import is_status
 from intel_device_plugins.kube.watch import as_events, follow
 from intel_device_plugins.kube.workqueue import WorkQueue, run_worker
+from intel_device_plugins.kubeletapi import podresources_v1 as pr
+from intel_device_plugins.kubeletapi.rpc import call_unary
 from intel_device_plugins.logconfig import add_verbosity_flag, configure_logging
 from intel_device_plugins.rmd.agent import RESOURCE, cpus_by_container, desired_workloads, needs_update
 from intel_device_plugins.rmd.operator import RmdWorkload
@@ -35,17 +35,14 @@ log = logging.getLogger(__name__)
 
 POD_RESOURCES_SOCKET: Final = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 FIELD_MANAGER: Final = "intel-rmd-node-agent"
-MAX_MESSAGE: Final = 16 << 20
 
 
 async def list_pod_resources(target: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """The kubelet's PodResources List as plain dicts (name, namespace, containers[name, cpu_ids])."""
     if not target.startswith("unix://"):
         raise ValueError(f"{target}: only unix:// sockets are supported")
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE)]
-    async with grpc.aio.insecure_channel(target, options=options) as channel:
-        stub = pr_grpc.PodResourcesListerStub(channel)
-        resp = await stub.List(pr_pb.ListPodResourcesRequest(), timeout=timeout_s)
+    socket = Path(target.removeprefix("unix://"))
+    resp = await call_unary(socket, pr.PodResourcesLister.List, pr.ListPodResourcesRequest(), timeout_s)
     return [
         {
             "name": p.name,

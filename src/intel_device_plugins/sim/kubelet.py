@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-import grpc.aio
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from intel_device_plugins.deviceplugin.server import API_VERSION, KUBELET_SOCKET_NAME
+from intel_device_plugins.kubeletapi import deviceplugin_v1beta1 as pb
+from intel_device_plugins.kubeletapi.rpc import CALL_ERRORS, UnixServer, call, channel, stream_messages, unary
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,7 @@ class _Endpoint:
     resource_name: str
     endpoint: str
     options: pb.DevicePluginOptions
-    channel: grpc.aio.Channel
-    stub: pb_grpc.DevicePluginAsyncStub
+    channel: Channel
     devices: dict[str, AdvertisedDevice] = field(default_factory=dict)
     connected: bool = True
     answered: bool = False
@@ -49,13 +49,13 @@ class _Endpoint:
     watcher: asyncio.Task[None] | None = None
 
 
-class KubeletStandIn(pb_grpc.RegistrationServicer):
+class KubeletStandIn:
     """Registration server plus ListAndWatch consumer, Allocate and GetPreferredAllocation client."""
 
     def __init__(self, device_plugin_dir: Path) -> None:
         self.device_plugin_dir = device_plugin_dir
         self.socket_path = device_plugin_dir / KUBELET_SOCKET_NAME
-        self._server: grpc.aio.Server | None = None
+        self._server: UnixServer | None = None
         self._endpoints: dict[str, _Endpoint] = {}
         self._changed = asyncio.Condition()
         self.registrations: list[tuple[str, str]] = []
@@ -68,9 +68,7 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
     async def start(self) -> None:
         self.device_plugin_dir.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
-        server = grpc.aio.server()
-        pb_grpc.add_RegistrationServicer_to_server(self, server)
-        server.add_insecure_port(f"unix:{self.socket_path}")
+        server = UnixServer(self.socket_path, dict([unary(pb.Registration.Register, self.Register)]))
         await server.start()
         self._server = server
 
@@ -99,30 +97,21 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
 
     # ----- Registration service --------------------------------------------------------------
 
-    async def Register(
-        self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext[pb.RegisterRequest, pb.Empty]
-    ) -> pb.Empty:
+    async def Register(self, request: pb.RegisterRequest) -> pb.Empty:
         if request.version != API_VERSION:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"unsupported API version {request.version!r}"
-            )
+            raise GRPCError(Status.INVALID_ARGUMENT, f"unsupported API version {request.version!r}")
         if not _RESOURCE_NAME.match(request.resource_name):
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {request.resource_name!r}"
-            )
-        channel = grpc.aio.insecure_channel(f"unix:{self.device_plugin_dir / request.endpoint}")
-        stub = pb_grpc.DevicePluginStub(channel)
+            raise GRPCError(Status.INVALID_ARGUMENT, f"invalid resource name {request.resource_name!r}")
+        connection = channel(self.device_plugin_dir / request.endpoint)
         try:
-            options = await stub.GetDevicePluginOptions(pb.Empty(), timeout=10)
-        except grpc.aio.AioRpcError as error:
-            await channel.close(grace=None)
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"cannot reach plugin {request.endpoint}: {error.details()}"
-            )
+            options = await call(connection, pb.DevicePlugin.GetDevicePluginOptions, pb.Empty(), timeout=10)
+        except CALL_ERRORS as error:
+            connection.close()
+            raise GRPCError(Status.UNAVAILABLE, f"cannot reach plugin {request.endpoint}: {error}") from error
         previous = self._endpoints.get(request.resource_name)
         if previous is not None:
             await self._disconnect(previous)
-        endpoint = _Endpoint(request.resource_name, request.endpoint, options, channel, stub)
+        endpoint = _Endpoint(request.resource_name, request.endpoint, options, connection)
         self._endpoints[request.resource_name] = endpoint
         endpoint.watcher = asyncio.create_task(
             self._watch(endpoint), name=f"ListAndWatch {request.resource_name}"
@@ -134,17 +123,19 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
 
     async def _watch(self, endpoint: _Endpoint) -> None:
         try:
-            async for message in endpoint.stub.ListAndWatch(pb.Empty()):
+            async for message in stream_messages(endpoint.channel, pb.DevicePlugin.ListAndWatch, pb.Empty()):
                 async with self._changed:
                     endpoint.devices = {
-                        d.ID: AdvertisedDevice(d.ID, d.health, tuple(n.ID for n in d.topology.nodes))
+                        d.ID: AdvertisedDevice(
+                            d.ID, d.health, tuple(n.ID for n in d.topology.nodes) if d.topology else ()
+                        )
                         for d in message.devices
                     }
                     endpoint.answered = True
                     self.updates += 1
                     self._changed.notify_all()
-        except grpc.aio.AioRpcError as error:
-            log.debug("ListAndWatch of %s ended: %s", endpoint.resource_name, error.code())
+        except CALL_ERRORS as error:
+            log.debug("ListAndWatch of %s ended: %s", endpoint.resource_name, error)
         # Like the kubelet: a lost stream makes every device of the resource unhealthy.
         async with self._changed:
             endpoint.connected = False
@@ -170,7 +161,7 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
             endpoint.watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await endpoint.watcher
-        await endpoint.channel.close(grace=None)
+        endpoint.channel.close()
 
     # ----- what the tests and the demo look at -----------------------------------------------
 
@@ -198,9 +189,10 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
 
     async def allocate(self, resource_name: str, ids: Sequence[str]) -> pb.ContainerAllocateResponse:
         """One Allocate call for one container, as the kubelet makes it."""
-        stub = self._endpoints[resource_name].stub
-        response = await stub.Allocate(
-            pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=list(ids))]),
+        response = await call(
+            self._endpoints[resource_name].channel,
+            pb.DevicePlugin.Allocate,
+            pb.AllocateRequest(container_requests=(pb.ContainerAllocateRequest(devices_ids=tuple(ids)),)),
             timeout=10,
         )
         return response.container_responses[0]
@@ -208,16 +200,17 @@ class KubeletStandIn(pb_grpc.RegistrationServicer):
     async def preferred(
         self, resource_name: str, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> list[str]:
-        stub = self._endpoints[resource_name].stub
-        response = await stub.GetPreferredAllocation(
+        response = await call(
+            self._endpoints[resource_name].channel,
+            pb.DevicePlugin.GetPreferredAllocation,
             pb.PreferredAllocationRequest(
-                container_requests=[
+                container_requests=(
                     pb.ContainerPreferredAllocationRequest(
-                        available_deviceIDs=list(available),
-                        must_include_deviceIDs=list(must_include),
+                        available_deviceIDs=tuple(available),
+                        must_include_deviceIDs=tuple(must_include),
                         allocation_size=size,
-                    )
-                ]
+                    ),
+                )
             ),
             timeout=10,
         )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from intel_device_plugins.kubeletapi import deviceplugin_v1beta1 as pb
 from intel_device_plugins.sim.kubelet import AdvertisedDevice, KubeletStandIn
 
 

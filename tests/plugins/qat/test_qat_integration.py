@@ -7,14 +7,15 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from grpclib.exceptions import GRPCError
 
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.node import build_node, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
 from intel_device_plugins.sim.profiles import profile_text
 from intel_device_plugins.sim.qat import ADF_CTL
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2 as pb
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -90,9 +91,9 @@ async def test_dpdk_mode_serves_allocates_and_reports_health(
         }
         assert kubelet.resources()[cy][chosen[0]].numa_nodes == (0,)
 
-        with pytest.raises(grpc.aio.AioRpcError) as rejected:
+        with pytest.raises(GRPCError) as rejected:
             await kubelet.allocate(dc, ["0000:12:00.1"])
-        assert "unhealthy device 0000:12:00.1" in (rejected.value.details() or "")
+        assert "unhealthy device 0000:12:00.1" in (rejected.value.message or "")
 
         before = len(kubelet.registrations)
         await kubelet.restart()

@@ -5,7 +5,7 @@ Kubelet plugin watcher registration API (pluginregistration v1)."""
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from intel_device_plugins.deviceplugin.api import pluginregistration_v1_pb2 as _pluginregistration_v1_pb2
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as _pluginregistration_v1_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

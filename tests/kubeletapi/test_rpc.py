@@ -1,9 +1,10 @@
 """The grpclib server shell, called by a grpcio client as the kubelet's grpc-go calls it: bounds,
-error statuses and the graceful stop."""
+error statuses and the graceful stop; and the grpclib release the size bound relies on."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,28 +12,42 @@ import grpc
 import grpc.aio
 import pytest
 
-from intel_device_plugins.dra.api import dra_v1_pb2 as pb
-from intel_device_plugins.dra.api import dra_v1_pb2_grpc as pb_grpc
-from intel_device_plugins.dra.grpcserver import MAX_REQUEST_BYTES, UnixServer, server_stream, unary
 from intel_device_plugins.dra.kubeletservice import DRA_SERVICE, MAX_CLAIMS_PER_CALL
-from intel_device_plugins.dra.model import ClaimRef
-from intel_device_plugins.dra.wire import claims_request, empty
+from intel_device_plugins.kubeletapi import dra_v1
+from intel_device_plugins.kubeletapi import pluginregistration_v1 as reg
+from intel_device_plugins.kubeletapi.rpc import (
+    GRPCLIB_VERSION,
+    MAX_REQUEST_BYTES,
+    UnixServer,
+    server_stream,
+    unary,
+)
+from intel_device_plugins.kubeletapi.wire import Method
+from k8stest.kubeletapi import dra_v1_pb2 as pb
+from k8stest.kubeletapi import dra_v1_pb2_grpc as pb_grpc
+from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
 
-ECHO = "/test.Echo/Call"
+ECHO = Method("/test.Echo/Call", reg.PluginInfo, reg.PluginInfo)
+SLOW = Method("/t.S/Slow", reg.InfoRequest, reg.PluginInfo)
+WATCH = Method("/t.S/Watch", reg.InfoRequest, reg.PluginInfo, server_streaming=True)
 
 
-async def _echo(request: bytes) -> bytes:
+async def _echo(request: reg.PluginInfo) -> reg.PluginInfo:
     return request
 
 
-def _raw(data: bytes) -> bytes:
-    return data
+def test_grpclib_is_the_release_the_request_bound_was_written_for() -> None:
+    """``rpc._h2_stream`` reads grpclib's private stream attribute; a new release must be checked
+    (the oversized-request test below) and ``GRPCLIB_VERSION`` and the pin moved together."""
+    assert importlib.metadata.version("grpclib") == GRPCLIB_VERSION
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"grpclib=={GRPCLIB_VERSION}"' in pyproject
 
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[UnixServer, grpc.aio.Channel]]:
     path = tmp_path / "d" / "s.sock"
-    server = UnixServer(path, dict([unary("test.Echo", "Call", _raw, _echo)]))
+    server = UnixServer(path, dict([unary(ECHO, _echo)]))
     await server.start()
     async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
         yield server, channel
@@ -43,24 +58,26 @@ async def test_a_request_over_the_limit_is_refused(
     served: tuple[UnixServer, grpc.aio.Channel],
 ) -> None:
     _, channel = served
-    call = channel.unary_unary(ECHO, request_serializer=None, response_deserializer=None)
-    assert await call(b"x" * 1000, timeout=5) == b"x" * 1000
+    call = channel.unary_unary(ECHO.path, request_serializer=None, response_deserializer=None)
+    small = reg_pb.PluginInfo(name="x" * 1000).SerializeToString()
+    assert await call(small, timeout=5) == small
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call(b"x" * (MAX_REQUEST_BYTES + 1), timeout=10)
+        await call(reg_pb.PluginInfo(name="x" * MAX_REQUEST_BYTES).SerializeToString(), timeout=10)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "over the limit" in (caught.value.details() or "")
-    assert await call(b"ok", timeout=5) == b"ok"  # the connection still serves
+    ok = reg_pb.PluginInfo(name="ok").SerializeToString()
+    assert await call(ok, timeout=5) == ok  # the connection still serves
 
 
 async def test_undecodable_and_oversized_claim_lists_are_invalid_arguments(tmp_path: Path) -> None:
-    async def prepare(refs: list[ClaimRef]) -> bytes:
+    async def prepare(request: dra_v1.NodePrepareResourcesRequest) -> dra_v1.NodePrepareResourcesResponse:
         from intel_device_plugins.dra.kubeletservice import KubeletService
 
-        KubeletService._refs(refs)
-        return b""
+        KubeletService._refs(request.claims)
+        return dra_v1.NodePrepareResourcesResponse()
 
     path = tmp_path / "dra.sock"
-    server = UnixServer(path, dict([unary(DRA_SERVICE, "NodePrepareResources", claims_request, prepare)]))
+    server = UnixServer(path, dict([unary(dra_v1.DRAPlugin.NodePrepareResources, prepare)]))
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
@@ -92,19 +109,17 @@ async def test_undecodable_and_oversized_claim_lists_are_invalid_arguments(tmp_p
 async def test_stop_lets_a_running_call_finish_ends_streams_and_removes_the_socket(tmp_path: Path) -> None:
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def slow(request: None) -> bytes:
+    async def slow(request: reg.InfoRequest) -> reg.PluginInfo:
         entered.set()
         await release.wait()
-        return b"\x0a\x00"
+        return reg.PluginInfo(type="t")
 
-    async def forever(request: None) -> AsyncIterator[bytes]:
-        yield b""
+    async def forever(request: reg.InfoRequest) -> AsyncIterator[reg.PluginInfo]:
+        yield reg.PluginInfo()
         await asyncio.Event().wait()
 
     path = tmp_path / "s.sock"
-    server = UnixServer(
-        path, dict([unary("t.S", "Slow", empty, slow), server_stream("t.S", "Watch", empty, forever)])
-    )
+    server = UnixServer(path, dict([unary(SLOW, slow), server_stream(WATCH, forever)]))
     await server.start()
     async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
         stream = channel.unary_stream("/t.S/Watch", request_serializer=None, response_deserializer=None)(b"")
@@ -119,7 +134,7 @@ async def test_stop_lets_a_running_call_finish_ends_streams_and_removes_the_sock
         await asyncio.sleep(0.1)
         assert not path.exists() and not stopping.done()  # socket gone at once; the call still runs
         release.set()
-        assert await call == b"\x0a\x00"
+        assert await call == b"\x0a\x01t"
         await asyncio.wait_for(stopping, 5)
         with pytest.raises(grpc.aio.AioRpcError) as caught:  # the stop ended the stream, with a status
             await asyncio.wait_for(stream.read(), 5)

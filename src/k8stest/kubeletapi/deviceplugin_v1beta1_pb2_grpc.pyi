@@ -7,7 +7,7 @@ Package, service, message and field names and numbers follow the kubelet wire pr
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from intel_device_plugins.deviceplugin.api import deviceplugin_v1beta1_pb2 as _deviceplugin_v1beta1_pb2
+from k8stest.kubeletapi import deviceplugin_v1beta1_pb2 as _deviceplugin_v1beta1_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -18,7 +18,7 @@ limitations under the License.
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as _dra_health_v1alpha1_pb2
+from k8stest.kubeletapi import dra_health_v1alpha1_pb2 as _dra_health_v1alpha1_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from intel_device_plugins.dra.api import dra_health_v1alpha1_pb2 as intel__device__plugins_dot_dra_dot_api_dot_dra__health__v1alpha1__pb2
+from k8stest.kubeletapi import dra_health_v1alpha1_pb2 as k8stest_dot_kubeletapi_dot_dra__health__v1alpha1__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in intel_device_plugins/dra/api/dra_health_v1alpha1_pb2_grpc.py depends on'
+        + ' but the generated code in k8stest/kubeletapi/dra_health_v1alpha1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,8 +37,8 @@ class DRAResourceHealthStub:
         """
         self.NodeWatchResources = channel.unary_stream(
                 '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-                request_serializer=intel__device__plugins_dot_dra_dot_api_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
-                response_deserializer=intel__device__plugins_dot_dra_dot_api_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
+                request_serializer=k8stest_dot_kubeletapi_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
+                response_deserializer=k8stest_dot_kubeletapi_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -58,8 +58,8 @@ def add_DRAResourceHealthServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'NodeWatchResources': grpc.unary_stream_rpc_method_handler(
                     servicer.NodeWatchResources,
-                    request_deserializer=intel__device__plugins_dot_dra_dot_api_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.FromString,
-                    response_serializer=intel__device__plugins_dot_dra_dot_api_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.SerializeToString,
+                    request_deserializer=k8stest_dot_kubeletapi_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.FromString,
+                    response_serializer=k8stest_dot_kubeletapi_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -88,8 +88,8 @@ class DRAResourceHealth:
             request,
             target,
             '/v1alpha1.DRAResourceHealth/NodeWatchResources',
-            intel__device__plugins_dot_dra_dot_api_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
-            intel__device__plugins_dot_dra_dot_api_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
+            k8stest_dot_kubeletapi_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesRequest.SerializeToString,
+            k8stest_dot_kubeletapi_dot_dra__health__v1alpha1__pb2.NodeWatchResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,7 +5,7 @@ To regenerate api.pb.go run `hack/update-codegen.sh protobindings`"""
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from intel_device_plugins.dra.api import dra_v1_pb2 as _dra_v1_pb2
+from k8stest.kubeletapi import dra_v1_pb2 as _dra_v1_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -1,10 +1,10 @@
-"""The DRA driver's gRPC servers: grpclib over unix sockets, with raw bytes in and out.
+"""gRPC for every kubelet API: grpclib over unix sockets, messages by the generated codecs.
 
-Why grpclib and not grpcio: a driver serves a handful of small calls from the kubelet, and grpcio's
-core (``cygrpc``) is about 10 MiB of resident memory in every process that imports it, against about
-3 MiB for grpclib and its HTTP/2 stack, which are pure Python on asyncio (docs/performance.md, "The
-idle GPU DRA driver beside the idle plugin"). Messages are encoded by :mod:`intel_device_plugins.dra.wire`,
-so the codec here passes bytes through and neither protobuf's runtime nor grpcio is loaded.
+Why grpclib and not grpcio: a plugin or driver serves a handful of small calls from the kubelet, and
+grpcio's core (``cygrpc``) is about 10 MiB of resident memory in every process that imports it, against
+about 3 MiB for grpclib and its HTTP/2 stack, which are pure Python on asyncio (docs/performance.md).
+Messages are the dataclasses of this package's generated modules; neither protobuf's runtime nor
+grpcio is loaded.
 
 Bounds: grpclib buffers a whole message before decoding it and offers no limit of its own, so a
 request is read here in two steps: its 5-byte gRPC prefix first, and a message announced longer
@@ -24,51 +24,66 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from pathlib import Path
 from typing import Any, Final
 
+from grpclib.client import Channel
 from grpclib.config import Configuration
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.base import CodecBase
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.server import Server, Stream
 
-from intel_device_plugins.dra.wire import WireError
+from intel_device_plugins.kubeletapi.wire import Method, Request, Response, WireError
 
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
-"""gRPC's usual default; a pod's claims fit in a small fraction of it."""
+"""gRPC's usual default; a pod's devices or claims fit in a small fraction of it."""
 WINDOW_BYTES: Final = 1024 * 1024
 """HTTP/2 receive window per connection and per stream: what a peer may send before it is read."""
+GRPCLIB_VERSION: Final = "0.4.9"
+"""The one grpclib release :func:`_h2_stream` is known to work with (pinned in pyproject.toml)."""
 _PREFIX = struct.Struct(">?I")
+
+CALL_ERRORS: Final = (OSError, TimeoutError, GRPCError, StreamTerminatedError, ProtocolError)
+"""What a call to a peer may raise: no listener, no answer in time, the peer's status, a broken
+connection."""
 
 Handlers = Mapping[str, Handler]
 """``/<service>/<method>`` → grpclib handler, as :func:`unary` and :func:`server_stream` make them."""
-Decode = Callable[[bytes], Any]
 
 
-class RawCodec(CodecBase):
-    """Messages are bytes already (``dra.wire``); announced as ``proto``, which is what they are."""
+class MessageCodec(CodecBase):
+    """The generated dataclasses on the wire, announced as ``proto``, which is what they are."""
 
     @property
     def __content_subtype__(self) -> str:
         return "proto"
 
     def encode(self, message: Any, message_type: Any) -> bytes:
-        if not isinstance(message, bytes):
-            raise TypeError(f"a reply must be encoded bytes, not {type(message).__name__}")
-        return message
-
-    def decode(self, data: bytes, message_type: Any) -> bytes:
+        data: bytes = message.encode()
         return data
 
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        try:
+            return message_type.decode(data)
+        except WireError as error:
+            raise GRPCError(Status.INTERNAL, f"undecodable answer: {error}") from error
 
-async def read_request(stream: Stream[Any, Any], decode: Decode, limit: int = MAX_REQUEST_BYTES) -> Any:
-    """The call's one request message, decoded; refused unread when it is announced over ``limit``.
 
-    grpclib's own ``recv_message`` reads any announced length into memory, so this reads the frame
-    through the stream's HTTP/2 side (``Stream._stream``, grpclib's attribute for it; the version
-    is pinned in uv.lock and the tests send an oversized request).
+def _h2_stream(stream: Stream[Any, Any]) -> Any:
+    """The HTTP/2 side of a grpclib server stream, which reads a given number of bytes.
+
+    grpclib's public ``recv_message`` reads any announced length into memory; there is no public way
+    to read less. This is the only place that uses grpclib's attribute for it, and grpclib is pinned
+    to ``GRPCLIB_VERSION`` (a test fails on any other version, and one sends an oversized request).
     """
-    raw = stream._stream
+    return stream._stream
+
+
+async def read_request(
+    stream: Stream[Any, Any], request: type[Request], limit: int = MAX_REQUEST_BYTES
+) -> Request:
+    """The call's one request message, decoded; refused unread when it is announced over ``limit``."""
+    raw = _h2_stream(stream)
     prefix = await raw.recv_data(_PREFIX.size)
     if len(prefix) != _PREFIX.size:
         raise GRPCError(Status.INVALID_ARGUMENT, "no request message")
@@ -79,7 +94,7 @@ async def read_request(stream: Stream[Any, Any], decode: Decode, limit: int = MA
         raise GRPCError(Status.RESOURCE_EXHAUSTED, f"request of {size} bytes is over the limit of {limit}")
     data = await raw.recv_data(size) if size else b""
     try:
-        return decode(data)
+        return request.decode(data)
     except WireError as error:
         raise GRPCError(Status.INVALID_ARGUMENT, str(error)) from error
 
@@ -97,7 +112,7 @@ class Calls:
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
         if self.stopping.is_set():
-            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+            raise GRPCError(Status.UNAVAILABLE, "the server is stopping")
         self.running += 1
         self._idle.clear()
         try:
@@ -111,7 +126,7 @@ class Calls:
         """Run a stream's ``work`` until it ends or the server stops; then the call ends with a status
         (a cancelled grpclib handler would leave the stream open without one)."""
         if self.stopping.is_set():
-            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+            raise GRPCError(Status.UNAVAILABLE, "the server is stopping")
         task = asyncio.ensure_future(work)
         stopping = asyncio.ensure_future(self.stopping.wait())
         try:
@@ -123,7 +138,7 @@ class Calls:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if task.cancelled():
-            raise GRPCError(Status.UNAVAILABLE, "the driver is stopping")
+            raise GRPCError(Status.UNAVAILABLE, "the server is stopping")
         task.result()
 
     async def drained(self, grace: float) -> None:
@@ -133,28 +148,28 @@ class Calls:
 
 
 def unary(
-    service: str, method: str, decode: Decode, call: Callable[[Any], Awaitable[bytes]]
+    method: Method[Request, Response], call: Callable[[Request], Awaitable[Response]]
 ) -> tuple[str, Handler]:
-    """A unary method: ``await call(decoded request)`` gives the encoded reply; ``GRPCError`` aborts."""
+    """A unary method: ``await call(request)`` gives the reply; ``GRPCError`` aborts with its status."""
 
     async def handle(stream: Stream[Any, Any]) -> None:
-        request = await read_request(stream, decode)
+        request = await read_request(stream, method.request)
         await stream.send_message(await call(request))
 
-    return f"/{service}/{method}", Handler(handle, Cardinality.UNARY_UNARY, bytes, bytes)
+    return method.path, Handler(handle, Cardinality.UNARY_UNARY, method.request, method.response)
 
 
 def server_stream(
-    service: str, method: str, decode: Decode, messages: Callable[[Any], AsyncIterator[bytes]]
+    method: Method[Request, Response], messages: Callable[[Request], AsyncIterator[Response]]
 ) -> tuple[str, Handler]:
-    """A server-streaming method: every message ``messages(decoded request)`` yields is sent."""
+    """A server-streaming method: every message ``messages(request)`` yields is sent."""
 
     async def handle(stream: Stream[Any, Any]) -> None:
-        request = await read_request(stream, decode)
+        request = await read_request(stream, method.request)
         async for message in messages(request):
             await stream.send_message(message)
 
-    return f"/{service}/{method}", Handler(handle, Cardinality.UNARY_STREAM, bytes, bytes)
+    return method.path, Handler(handle, Cardinality.UNARY_STREAM, method.request, method.response)
 
 
 class _Servable:
@@ -192,6 +207,14 @@ def remove_socket(path: Path) -> None:
         log.warning("cannot remove socket %s: %s", path, error)
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
 class UnixServer:
     """One grpclib server on one unix socket; the socket file is this instance's and goes with it."""
 
@@ -200,6 +223,7 @@ class UnixServer:
         self._handlers = handlers
         self._calls = Calls()
         self._server: Server | None = None
+        self._socket: tuple[int, int] | None = None
 
     async def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
@@ -207,21 +231,76 @@ class UnixServer:
         # Built here, on the running loop (grpclib takes the current loop when constructed).
         server = Server(
             [_Servable(_counted(self._handlers, self._calls))],
-            codec=RawCodec(),
+            codec=MessageCodec(),
             config=Configuration(
                 http2_connection_window_size=WINDOW_BYTES, http2_stream_window_size=WINDOW_BYTES
             ),
         )
         await server.start(path=os.fspath(self.path))
         self._server = server
+        self._socket = _identity(self.path)
 
     async def stop(self, grace: float) -> None:
         """Remove the socket (no new connections find it), let running calls finish for up to
-        ``grace`` seconds (new ones are refused), then cancel what is left and close."""
-        remove_socket(self.path)
+        ``grace`` seconds (new ones are refused), then cancel what is left and close.
+
+        A file at the path that is not the socket this server made (another process's, after ours was
+        deleted) stays."""
+        if self._socket is not None and _identity(self.path) == self._socket:
+            remove_socket(self.path)
+        self._socket = None
         if self._server is None:
             return
         await self._calls.drained(grace)
         self._server.close()
         await self._server.wait_closed()
         self._server = None
+
+
+# ----- client --------------------------------------------------------------------------------------
+
+
+def channel(path: Path) -> Channel:
+    """A channel to the unix socket ``path`` (connected on first use; ``close()`` it when done)."""
+    return Channel(path=os.fspath(path), codec=MessageCodec())
+
+
+async def call(
+    connection: Channel, method: Method[Request, Response], request: Request, timeout: float
+) -> Response:
+    """One unary call on ``connection``.
+
+    Raises ``GRPCError`` (the server's status), ``OSError`` (no listener) or ``TimeoutError``; all are
+    in ``CALL_ERRORS``.
+    """
+    async with connection.request(
+        method.path, Cardinality.UNARY_UNARY, method.request, method.response, timeout=timeout
+    ) as stream:
+        await stream.send_message(request, end=True)
+        reply = await stream.recv_message()
+    if reply is None:
+        raise GRPCError(Status.INTERNAL, f"{method.path}: no answer")
+    return reply
+
+
+async def call_unary(
+    path: Path, method: Method[Request, Response], request: Request, timeout: float
+) -> Response:
+    """One unary call on a fresh connection to the unix socket ``path``, closed afterwards."""
+    connection = channel(path)
+    try:
+        return await call(connection, method, request, timeout)
+    finally:
+        connection.close()
+
+
+async def stream_messages(
+    connection: Channel, method: Method[Request, Response], request: Request
+) -> AsyncIterator[Response]:
+    """The messages of a server-streaming call, until the server ends it."""
+    async with connection.request(
+        method.path, Cardinality.UNARY_STREAM, method.request, method.response
+    ) as stream:
+        await stream.send_message(request, end=True)
+        async for message in stream:
+            yield message

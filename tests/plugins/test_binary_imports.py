@@ -1,9 +1,10 @@
-"""No DRA driver binary loads grpcio or protobuf's runtime.
+"""No shipped binary loads grpcio or protobuf's runtime.
 
-The drivers serve the kubelet through grpclib with hand-encoded messages (``dra/grpcserver.py``,
-``dra/wire.py``); importing grpcio or protobuf would cost each driver 10 to 12 MiB of resident memory for
-nothing (docs/performance.md). Each entry module is imported in a fresh interpreter, because this test
-process has both loaded already; the binaries are read from pyproject.toml, so a new driver is covered.
+Device plugins, DRA drivers and the RMD node agent speak to the kubelet through grpclib with the
+generated codecs (``kubeletapi/rpc.py``, ``kubeletapi/*_v*.py``); importing grpcio or protobuf would cost
+each process 10 to 12 MiB of resident memory for nothing (docs/performance.md). Each entry module is
+imported in a fresh interpreter, because this test process has both loaded already; the binaries are
+read from pyproject.toml, so a new one is covered.
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 FORBIDDEN = ("grpc", "google.protobuf")
 
 
-def _driver_entries() -> dict[str, str]:
+def _entries() -> dict[str, str]:
     scripts: dict[str, str] = tomllib.loads(PYPROJECT.read_text())["project"]["scripts"]
+    return {name: target.split(":", 1)[0] for name, target in scripts.items()}
+
+
+def _driver_entries() -> dict[str, str]:
     return {
-        name: target.split(":", 1)[0]
-        for name, target in scripts.items()
+        name: module
+        for name, module in _entries().items()
         if name.endswith("_dra_driver") or name == "intel_dra_drivers"
     }
 
@@ -61,6 +66,16 @@ def test_driver_binary_imports_neither_grpcio_nor_protobuf(binary: str, module: 
     assert _loaded(modules) == [], f"{binary} ({module}) loads grpcio or protobuf"
 
 
-def test_the_check_sees_grpcio() -> None:
-    """The device plugins keep grpcio: the same check must find it there, or it proves nothing."""
-    assert "grpc" in _loaded(["intel_device_plugins.plugins.gpu.cli"])
+def test_no_other_binary_imports_grpcio_or_protobuf() -> None:
+    """Device plugins, the RMD node agent and the rest, in one interpreter (a hit names no binary:
+    bisect by hand)."""
+    others = sorted(set(_entries().values()) - set(_driver_entries().values()))
+    assert "intel_device_plugins.plugins.gpu.cli" in others
+    assert "intel_device_plugins.rmd.nodeagent" in others
+    assert _loaded(others) == []
+
+
+def test_the_check_sees_grpcio_and_protobuf() -> None:
+    """The tests' reference classes load both: the same check must find them, or it proves nothing."""
+    loaded = _loaded(["k8stest.kubeletapi.deviceplugin_v1beta1_pb2_grpc"])
+    assert "grpc" in loaded and "google.protobuf" in loaded
