@@ -175,6 +175,26 @@ async def test_a_get_sends_the_token_and_reuses_the_connection(serve: Any, pki: 
     assert server.connections == 1
 
 
+async def test_concurrent_calls_share_a_bounded_number_of_connections(serve: Any, pki: Pki) -> None:
+    """Two hundred calls at once open at most a few connections and reuse them: a connection each
+    would hold two hundred TLS sessions and their buffers."""
+
+    async def handle(request: Request, writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(0.001)
+        return await answer(200, {"metadata": {"name": request.target.rsplit("/", 1)[1]}})(request, writer)
+
+    server = await serve(handle)
+    client = client_for(server, pki)
+    try:
+        names = [f"n{index}" for index in range(200)]
+        got = await asyncio.gather(*(client.get(NODES, name) for name in names))
+    finally:
+        await client.close()
+    assert [obj["metadata"]["name"] for obj in got] == names
+    assert server.connections <= rest.MAX_CONNECTIONS
+    assert len(server.requests) == 200
+
+
 async def test_writes_carry_the_body_the_field_manager_and_namespaced_paths(serve: Any, pki: Pki) -> None:
     server = await serve(answer(201, {"metadata": {"name": "s"}}))
     client = client_for(server, pki, field_manager="gpu.intel.com")
