@@ -29,7 +29,7 @@ from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryW
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
-from intel_device_plugins.dra.checkpoint import Checkpoint, forget_vanished, is_volatile
+from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
@@ -358,7 +358,12 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: RestClient) 
         checkpoint = Checkpoint.for_driver(
             config.plugins_dir, driver, sync_appends=not is_volatile(config.cdi_root)
         )
-        checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
+        try:
+            checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
+        except CheckpointError as error:
+            # Serving still beats exiting: unprepare works by spec file name, and each prepare
+            # answers with this error, naming the path, until the file can be written.
+            log.error("%s: %s; every prepare fails until it can be written", driver, error)
         service = KubeletService(profile, inventory, get_claim, config.node_name, checkpoint, config.cdi_root)
         return DriverParts(
             publisher=SlicePublisher(client, driver, config.node_name),
