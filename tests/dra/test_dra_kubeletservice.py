@@ -318,6 +318,19 @@ async def test_a_call_with_a_thousand_claims_reads_a_few_at_a_time(root: Path) -
     assert 1 <= api.peak_in_flight <= MAX_CONCURRENT_READS
 
 
+async def test_a_claim_with_nothing_of_this_driver_leaves_no_record(root: Path) -> None:
+    """Nothing to undo, so nothing to remember: only an unprepare would otherwise remove the record, and
+    the kubelet sends none to a driver whose prepare gave no devices."""
+    api = ApiServer()
+    ref = api.add(claim(UID_A, result("nic0", driver="net.example.com", pool="other")))
+    async with driver(root, api, Profile()) as d, kubelet(d.sockets.paths.registrar) as (channel, _):
+        stub = pb_grpc.DRAPluginStub(channel)
+        response = await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[ref]), timeout=5)
+        assert _answer(response) == {UID_A: {"error": "", "devices": []}}
+        assert d.service.checkpoint.load() == {}
+        assert not d.cdi_dir.exists() or list(d.cdi_dir.iterdir()) == []
+
+
 async def test_health_stream_sends_full_state_then_changes(root: Path) -> None:
     profile = Profile()
     async with driver(root, ApiServer(), profile) as d, kubelet(d.sockets.paths.registrar) as (channel, _):

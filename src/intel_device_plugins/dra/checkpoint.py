@@ -413,7 +413,8 @@ def _log_problems(problems: tuple[str, ...]) -> None:
 
 
 def forget_vanished(claims: dict[str, PreparedClaim], cdi_dir: Path) -> dict[str, PreparedClaim]:
-    """The claims whose CDI spec files still exist (claims that wrote none stay).
+    """The claims whose CDI spec files still exist; a claim that wrote none had no device of the driver
+    and nothing to undo, so it goes too.
 
     Run when a driver starts: a claim whose specs are gone was prepared before the machine restarted
     (the specs lived on a tmpfs) or its specs were removed by hand; either way nothing of it is left to
@@ -423,7 +424,7 @@ def forget_vanished(claims: dict[str, PreparedClaim], cdi_dir: Path) -> dict[str
     return {
         uid: claim
         for uid, claim in claims.items()
-        if not claim.cdi_spec_files or any((cdi_dir / name).exists() for name in claim.cdi_spec_files)
+        if any((cdi_dir / name).exists() for name in claim.cdi_spec_files)
     }
 
 

@@ -127,6 +127,8 @@ class KubeletService:
     def _prepare_one(self, ref: ClaimRef, claim: Mapping[str, Any]) -> PreparedClaim:
         allocated = allocated_devices(claim, ref, self.driver, self.node_name)
         plan = plan_prepare(self.profile, ref, allocated, self._inventory())
+        if plan.spec_file is None:
+            return plan.prepared  # no device of this driver: nothing to undo, so no record to keep
 
         def record(claims: dict[str, PreparedClaim]) -> None:
             claims[ref.uid] = plan.prepared
