@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from intel_device_plugins.kube.outage import OutageLog
 from intel_device_plugins.kube.tlschain import load_pem_chain
 
 SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -669,14 +670,20 @@ async def follow(
     resync_s: float = 300.0,
     retry_s: float = 2.0,
     watch_timeout_s: int = 300,
+    outage: OutageLog | None = None,
 ) -> None:
     """List into ``on_list``, then watch from the list's resource version into ``on_event``, until
     cancelled. A watch the server ends is resumed from the last version seen (bookmarks keep it
-    current); 410 Gone, any other error, or ``resync_s`` since the last list bring a new list."""
+    current); 410 Gone, any other error, or ``resync_s`` since the last list bring a new list.
+
+    While the API server is away the list is retried every ``retry_s``; ``outage`` (by default one
+    on this module's logger) logs when that starts, a reminder each minute, and when it ends."""
     selectors: dict[str, Any] = {"namespace": namespace, "labels": labels, "fields": fields}
+    outage = outage or OutageLog(f"following {res.plural}", log)
     while True:
         try:
             listed = await client.list(res, **selectors)
+            outage.succeeded()
             on_list(listed.items)
             version = listed.resource_version
             async with asyncio.timeout(resync_s):
@@ -693,5 +700,5 @@ async def follow(
             raise
         except Exception as exc:  # the API server may be away, or the version too old: list again
             if not is_status(exc, 410):
-                log.warning("following %s failed: %s; retrying in %.0f s", res.plural, exc, retry_s)
+                outage.failed(exc, retry_s)
                 await asyncio.sleep(retry_s)
