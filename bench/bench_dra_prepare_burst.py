@@ -3,8 +3,8 @@
 Run from the repository root: ``.venv/bin/python bench/bench_dra_prepare_burst.py`` (about a minute;
 prints Markdown). ``--claims 1,256,1024`` sets the sizes; ``--idle-seconds S`` how long the driver
 idles after the call before its resident memory is read again (default 12: the REST client closes
-connections idle for 10 s); ``--driver-src DIR`` runs the driver process on another source tree (a
-``src`` directory, e.g. an older commit's ``git archive``) to compare in the same run.
+connections idle for 10 s); ``--baseline-src DIR`` measures every size on another source tree too (a
+``src`` directory, e.g. an older commit's ``git archive``), just before this tree's, in the same run.
 
 A pod may name hundreds of claims; the kubelet sends all of one driver's claims of a pod in one call,
 and the driver reads every claim it has not prepared yet from the API server. Here the API server is
@@ -146,6 +146,7 @@ async def driver_process(
 
 @dataclass(frozen=True)
 class Burst:
+    tree: str
     claims: int
     seconds: float
     ready_mib: float
@@ -212,6 +213,7 @@ async def burst(
                 raise RuntimeError("CDI specs left after unprepare")
             await asyncio.sleep(idle_s)
             return Burst(
+                tree="baseline" if driver_src is not None else "this tree",
                 claims=count,
                 seconds=seconds,
                 ready_mib=ready,
@@ -231,12 +233,14 @@ def _source(namespace: str, name: str) -> dict[str, Any] | None:
 
 
 async def measure(
-    sizes: Sequence[int], idle_s: float, driver_src: Path | None, root: Path, cdi_parent: Path
+    sizes: Sequence[int], idle_s: float, baseline: Path | None, root: Path, cdi_parent: Path
 ) -> list[Burst]:
+    """Every size on this tree, and first on the baseline's when there is one, taking turns."""
     from k8stest.fakeclaims import fake_claims_api
 
     async with fake_claims_api(_source) as api:
-        return [await burst(api, root, cdi_parent, count, idle_s, driver_src) for count in sizes]
+        trees: list[Path | None] = [baseline, None] if baseline is not None else [None]
+        return [await burst(api, root, cdi_parent, count, idle_s, tree) for count in sizes for tree in trees]
 
 
 def report(results: Sequence[Burst], argv: Sequence[str], seconds: float, load: LoadAverage) -> str:
@@ -245,15 +249,16 @@ def report(results: Sequence[Burst], argv: Sequence[str], seconds: float, load: 
         f"Command: `{command}` — run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seconds:.0f} s; "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; 1-minute load average {load.text()}.",
         "",
-        "| claims in the call | call | RSS ready | peak (VmHWM) | RSS answered | RSS after unprepare, idle "
-        "| connections opened / most open at once |",
-        "|---|---|---|---|---|---|---|",
+        "| driver | claims in the call | call | RSS ready | peak (VmHWM) | RSS answered "
+        "| RSS after unprepare, idle | connections opened / most open at once |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         over = " (over the limit)" if r.peak_mib > MEMORY_LIMIT_MIB else ""
         lines.append(
-            f"| {r.claims} | {r.seconds * 1000:.0f} ms | {r.ready_mib:.1f} MiB | {r.peak_mib:.1f} MiB{over} "
-            f"| {r.answered_mib:.1f} MiB | {r.idle_mib:.1f} MiB | {r.connections} / {r.peak_open} |"
+            f"| {r.tree} | {r.claims} | {r.seconds * 1000:.0f} ms | {r.ready_mib:.1f} MiB "
+            f"| {r.peak_mib:.1f} MiB{over} | {r.answered_mib:.1f} MiB | {r.idle_mib:.1f} MiB "
+            f"| {r.connections} / {r.peak_open} |"
         )
     return "\n".join(lines)
 
@@ -268,7 +273,7 @@ async def main_async(args: argparse.Namespace, argv: Sequence[str]) -> str:
     load = LoadAverage()
     started = time.monotonic()
     try:
-        results = await measure(sizes, args.idle_seconds, args.driver_src, root, cdi_parent)
+        results = await measure(sizes, args.idle_seconds, args.baseline_src, root, cdi_parent)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     load.sample()
@@ -279,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--claims", default="1,256,1024", help="claims per call, comma-separated")
     parser.add_argument("--idle-seconds", type=float, default=12.0, help="idle time before the last RSS")
-    parser.add_argument("--driver-src", type=Path, default=None, help="source tree of the driver process")
+    parser.add_argument(
+        "--baseline-src", type=Path, default=None, help="a source tree to measure too, size by size"
+    )
     parser.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cdi-dir", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
