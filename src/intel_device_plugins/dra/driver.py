@@ -35,6 +35,7 @@ from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import SlicePublisher
 from intel_device_plugins.dra.registration import DriverSockets, SocketPaths, live_sockets
+from intel_device_plugins.kube.outage import OutageLog
 from intel_device_plugins.kube.rest import RESOURCE_CLAIMS, RestClient
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,7 @@ class DraDriver:
         changes the devices is.
         """
         failures = 0
+        outage = OutageLog(f"{self.profile.driver_name}: publishing ResourceSlices", log)
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -201,6 +203,7 @@ class DraDriver:
             try:
                 await publisher.publish(inventory)
                 failures = 0
+                outage.succeeded()
             except asyncio.CancelledError:
                 raise
             except ValueError as error:
@@ -208,12 +211,7 @@ class DraDriver:
             except Exception as error:
                 failures += 1
                 delay = min(MAX_PUBLISH_RETRY_SECONDS, 0.5 * 2 ** min(failures, 10))
-                log.warning(
-                    "%s: publishing ResourceSlices failed: %s; retrying in %.1f s",
-                    self.profile.driver_name,
-                    error,
-                    delay,
-                )
+                outage.failed(error, delay)  # logged when it starts, each minute, and when it ends
                 # A newer inventory does not cut the back-off short: the API is what failed.
                 await asyncio.sleep(delay)
                 self._dirty.set()
