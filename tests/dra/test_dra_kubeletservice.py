@@ -318,6 +318,35 @@ async def test_a_call_with_a_thousand_claims_reads_a_few_at_a_time(root: Path) -
     assert 1 <= api.peak_in_flight <= MAX_CONCURRENT_READS
 
 
+async def test_a_call_given_up_on_keeps_what_it_prepared_for_the_retry(root: Path) -> None:
+    api = ApiServer(claims=_many(40))
+    stalled = asyncio.Event()
+    served = 0
+
+    async def get(namespace: str, name: str) -> dict[str, Any]:
+        nonlocal served
+        if served == 10:  # the API server stalls after ten answers
+            stalled.set()
+            await asyncio.Event().wait()
+        served += 1
+        return await api.get(namespace, name)
+
+    profile = Profile()
+    service = KubeletService(
+        profile, profile.scan, get, NODE, Checkpoint.for_driver(root / "plugins", DRIVER), root / "cdi"
+    )
+    refs = [ClaimRef(ns, name, doc["metadata"]["uid"]) for (ns, name), doc in api.claims.items()]
+    call = asyncio.create_task(service.prepare(refs))
+    await asyncio.wait_for(stalled.wait(), 10)
+    call.cancel()  # the kubelet's deadline
+    await asyncio.gather(call, return_exceptions=True)
+    assert len(service.checkpoint.load()) == 10
+    served = -1000  # the API server answers again
+    outcomes = await service.prepare(refs)
+    assert not [o for o in outcomes.values() if isinstance(o, BaseException)]
+    assert api.reads == 40  # the ten prepared before were answered from the checkpoint
+
+
 async def test_a_claim_with_nothing_of_this_driver_leaves_no_record(root: Path) -> None:
     """Nothing to undo, so nothing to remember: only an unprepare would otherwise remove the record, and
     the kubelet sends none to a driver whose prepare gave no devices."""
