@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from intel_device_plugins.dra import checkpoint as checkpoint_module
 from intel_device_plugins.dra.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -285,3 +286,12 @@ def test_the_file_system_of_a_path_is_its_deepest_mount(path: str, fs_type: str)
 def test_a_tmpfs_directory_is_volatile_and_a_disk_one_is_not() -> None:
     assert is_volatile(Path("/dev/shm")) is True
     assert is_volatile(Path(__file__).parent / "not-created-yet") is False, "the checkout is on a disk"
+
+
+def test_a_file_over_the_bound_is_read_up_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoint_module, "MAX_BYTES", len(HEADER + PREPARED_U) + 10)
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.path.parent.mkdir(parents=True)
+    checkpoint.path.write_bytes(HEADER + PREPARED_U + PREPARED_V * 100)
+    assert set(checkpoint.load()) == {"u"}
+    assert any(f"checkpoint {checkpoint.path} is larger than" in p for p in checkpoint.problems)
