@@ -170,6 +170,20 @@ def test_damage_is_logged_once_naming_file_and_line(tmp_path: Path, caplog: pyte
     assert len(lines) == 1 and str(checkpoint.path) in lines[0] and "skipped" in lines[0]
 
 
+def test_a_last_line_cut_short_is_information_not_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read without the lock may meet the other instance's append half-way: no warning for that."""
+    checkpoint = Checkpoint.for_driver(tmp_path, DRIVER)
+    checkpoint.path.parent.mkdir(parents=True)
+    checkpoint.path.write_bytes(HEADER + PREPARED_U + PREPARED_V[:20])
+    with caplog.at_level(logging.INFO):
+        assert set(checkpoint.load()) == {"u"}
+    assert [(r.levelno, "line 3 is cut short" in r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, True)
+    ]
+
+
 def test_a_strict_decode_still_refuses_damage() -> None:
     with pytest.raises(CheckpointError, match=r"checkpoint mem line 2 is not valid JSON"):
         decode(HEADER + b"{broken\n", "mem", DRIVER)

@@ -296,9 +296,9 @@ class Checkpoint:
         decoded = decode_file(data[:MAX_BYTES], os.fspath(self.path), self.driver)
         if len(data) > MAX_BYTES:
             problem = f"checkpoint {self.path} is larger than {MAX_BYTES} bytes; the rest is not read"
-            decoded = replace(decoded, problems=(*decoded.problems, problem))
+            decoded = replace(decoded, problems=(problem, *decoded.problems))
         if decoded.problems != self.problems:  # once per damage, not on every read
-            _log_problems(decoded.problems)
+            _log_problems(decoded)
         self.problems = decoded.problems
         if identity is not None and identity[1] == len(data):  # not appended to while being read
             self._seen = _Seen(identity, decoded)
@@ -405,9 +405,13 @@ class Checkpoint:
             return dict(after)
 
 
-def _log_problems(problems: tuple[str, ...]) -> None:
-    for problem in problems[:MAX_PROBLEMS_LOGGED]:
-        log.warning("%s", problem)
+def _log_problems(decoded: Decoded) -> None:
+    """Warnings, but for a last line cut short: a power cut leaves one, and so does a read (without the
+    lock) that meets the other instance's append half-way; it is only information."""
+    problems = decoded.problems
+    for index, problem in enumerate(problems[:MAX_PROBLEMS_LOGGED]):
+        cut_short = decoded.torn and index == len(problems) - 1
+        log.log(logging.INFO if cut_short else logging.WARNING, "%s", problem)
     if len(problems) > MAX_PROBLEMS_LOGGED:
         log.warning("and %d more lines of the checkpoint cannot be read", len(problems) - MAX_PROBLEMS_LOGGED)
 
