@@ -24,6 +24,7 @@ BENCHMARKS = (
     ("FPGA CRI hook and bitstreams", "bench_fpga_hook.py"),
     ("Node footprint: one process against one per kind", "bench_footprint.py"),
     ("DRA: NodePrepareResources", "bench_dra_prepare.py"),
+    ("DRA: one NodePrepareResources call with hundreds of claims", "bench_dra_prepare_burst.py"),
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -272,6 +273,23 @@ async def test_an_api_error_is_retried_and_a_refused_inventory_is_not(tmp_path: 
     await asyncio.sleep(1.0)  # longer than the first back-off: no retry comes
     await running.finish()
     assert running.recorder.log.count("publish") == 3
+
+
+async def test_an_outage_while_publishing_is_logged_when_it_starts_and_ends(
+    tmp_path: Path, watched: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start(tmp_path, ScriptedProfile(watched))
+    running.recorder.publish_errors = [ConnectionError("API server down"), ConnectionError("API server down")]
+    with caplog.at_level(logging.INFO, logger="intel_device_plugins.dra.driver"):
+        await running.until(
+            "the publish after the outage", lambda: bool(running.recorder.published), timeout=10
+        )
+        await running.finish()
+    lines = [r.getMessage() for r in caplog.records if "publishing ResourceSlices" in r.getMessage()]
+    assert running.recorder.log.count("publish") == 3
+    assert len(lines) == 2, lines
+    assert "publishing ResourceSlices failed: API server down" in lines[0]
+    assert "works again" in lines[1] and "2 failed attempts" in lines[1]
 
 
 async def test_withdrawing_is_bounded_when_the_api_does_not_answer(tmp_path: Path, watched: Path) -> None:

@@ -21,10 +21,13 @@ from intel_device_plugins.dra.checkpoint import Checkpoint
 from intel_device_plugins.dra.kubeletservice import (
     HEALTH_CHECK_TIMEOUT,
     HEALTH_RESEND_INTERVAL,
+    MAX_CONCURRENT_READS,
     KubeletService,
 )
-from intel_device_plugins.dra.model import Inventory
+from intel_device_plugins.dra.model import ClaimRef, Inventory
 from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
+from intel_device_plugins.kube.rest import MAX_CONNECTIONS, RESOURCE_CLAIMS, RestClient
+from k8stest.fakeclaims import fake_claims_api
 from k8stest.kubeletapi import dra_health_v1_pb2 as health_v1
 from k8stest.kubeletapi import dra_health_v1_pb2_grpc as health_v1_grpc
 from k8stest.kubeletapi import dra_health_v1alpha1_pb2 as health_v1alpha1
@@ -55,15 +58,23 @@ class ApiServer:
     claims: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     reads: int = 0
     down: bool = False
+    in_flight: int = 0
+    peak_in_flight: int = 0
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         self.reads += 1
-        if self.down:
-            raise ConnectionRefusedError("API server unreachable")
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
-            return self.claims[(namespace, name)]
-        except KeyError:
-            raise LookupError(f"resourceclaims {name!r} not found") from None
+            await asyncio.sleep(0)  # an answer takes a turn of the loop at least
+            if self.down:
+                raise ConnectionRefusedError("API server unreachable")
+            try:
+                return self.claims[(namespace, name)]
+            except KeyError:
+                raise LookupError(f"resourceclaims {name!r} not found") from None
+        finally:
+            self.in_flight -= 1
 
     def add(self, document: dict[str, Any]) -> pb.Claim:
         meta = document["metadata"]
@@ -240,6 +251,113 @@ async def test_a_deleted_spec_file_is_written_again_on_the_next_prepare(root: Pa
         spec.unlink()
         await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[ref]), timeout=5)
         assert spec.read_bytes() == content and api.reads == 2
+
+
+MANY_CLAIMS = 1024
+"""The most claims one call may name (``MAX_CLAIMS_PER_CALL``): a pod with that many small claims."""
+
+
+def _many(count: int) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        ("ns", f"c{index}"): claim(
+            f"{index:08x}-0000-4000-8000-000000000000", result(f"card{index % 2}"), name=f"c{index}"
+        )
+        for index in range(count)
+    }
+
+
+async def test_a_call_with_a_thousand_claims_reads_them_over_a_few_connections(root: Path) -> None:
+    """Every claim is read and prepared, and the API client never holds more than a few connections
+    open at once: each one costs a TLS session and its buffers, a connection per claim ran the driver
+    out of memory."""
+    documents = _many(MANY_CLAIMS)
+    async with fake_claims_api(lambda ns, name: documents.get((ns, name))) as api:
+        assert api.config is not None
+        client = RestClient(api.config)
+
+        async def get_claim(namespace: str, name: str) -> dict[str, Any]:
+            return await client.get(RESOURCE_CLAIMS, name, namespace=namespace)
+
+        profile = Profile()
+        service = KubeletService(
+            profile,
+            profile.scan,
+            get_claim,
+            NODE,
+            Checkpoint.for_driver(root / "plugins", DRIVER, sync_appends=False),
+            root / "cdi",
+        )
+        refs = [ClaimRef(ns, name, doc["metadata"]["uid"]) for (ns, name), doc in documents.items()]
+        try:
+            outcomes = await asyncio.wait_for(service.prepare(refs), 120)
+        finally:
+            await client.close()
+    failed = {uid: str(outcome) for uid, outcome in outcomes.items() if isinstance(outcome, BaseException)}
+    assert failed == {}
+    assert len(outcomes) == MANY_CLAIMS and api.counters.requests == MANY_CLAIMS
+    assert len(service.checkpoint.load()) == MANY_CLAIMS
+    assert 1 <= api.counters.peak_open <= MAX_CONNECTIONS, api.counters
+
+
+async def test_a_call_with_a_thousand_claims_reads_a_few_at_a_time(root: Path) -> None:
+    """The reads of one call are bounded, so a burst holds a few claims in memory, not all of them."""
+    api = ApiServer(claims=_many(MANY_CLAIMS))
+    profile = Profile()
+    service = KubeletService(
+        profile,
+        profile.scan,
+        api.get,
+        NODE,
+        Checkpoint.for_driver(root / "plugins", DRIVER, sync_appends=False),
+        root / "cdi",
+    )
+    refs = [ClaimRef(ns, name, doc["metadata"]["uid"]) for (ns, name), doc in api.claims.items()]
+    outcomes = await service.prepare(refs)
+    assert not [outcome for outcome in outcomes.values() if isinstance(outcome, BaseException)]
+    assert api.reads == MANY_CLAIMS
+    assert 1 <= api.peak_in_flight <= MAX_CONCURRENT_READS
+
+
+async def test_a_call_given_up_on_keeps_what_it_prepared_for_the_retry(root: Path) -> None:
+    api = ApiServer(claims=_many(40))
+    stalled = asyncio.Event()
+    served = 0
+
+    async def get(namespace: str, name: str) -> dict[str, Any]:
+        nonlocal served
+        if served == 10:  # the API server stalls after ten answers
+            stalled.set()
+            await asyncio.Event().wait()
+        served += 1
+        return await api.get(namespace, name)
+
+    profile = Profile()
+    service = KubeletService(
+        profile, profile.scan, get, NODE, Checkpoint.for_driver(root / "plugins", DRIVER), root / "cdi"
+    )
+    refs = [ClaimRef(ns, name, doc["metadata"]["uid"]) for (ns, name), doc in api.claims.items()]
+    call = asyncio.create_task(service.prepare(refs))
+    await asyncio.wait_for(stalled.wait(), 10)
+    call.cancel()  # the kubelet's deadline
+    await asyncio.gather(call, return_exceptions=True)
+    assert len(service.checkpoint.load()) == 10
+    served = -1000  # the API server answers again
+    outcomes = await service.prepare(refs)
+    assert not [o for o in outcomes.values() if isinstance(o, BaseException)]
+    assert api.reads == 40  # the ten prepared before were answered from the checkpoint
+
+
+async def test_a_claim_with_nothing_of_this_driver_leaves_no_record(root: Path) -> None:
+    """Nothing to undo, so nothing to remember: only an unprepare would otherwise remove the record, and
+    the kubelet sends none to a driver whose prepare gave no devices."""
+    api = ApiServer()
+    ref = api.add(claim(UID_A, result("nic0", driver="net.example.com", pool="other")))
+    async with driver(root, api, Profile()) as d, kubelet(d.sockets.paths.registrar) as (channel, _):
+        stub = pb_grpc.DRAPluginStub(channel)
+        response = await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[ref]), timeout=5)
+        assert _answer(response) == {UID_A: {"error": "", "devices": []}}
+        assert d.service.checkpoint.load() == {}
+        assert not d.cdi_dir.exists() or list(d.cdi_dir.iterdir()) == []
 
 
 async def test_health_stream_sends_full_state_then_changes(root: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
@@ -197,3 +198,39 @@ async def test_a_publish_that_failed_is_retried_by_run() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_outage_while_repairing_is_logged_when_it_starts_and_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = Api()
+    pub = publisher(api)
+    await pub.publish(cards(1))
+    refusals = 6
+    real_get = api.get
+
+    async def get(res: Resource, name: str) -> dict[str, Any]:
+        nonlocal refusals
+        if refusals:
+            refusals -= 1
+            raise error(503)
+        return await real_get(res, name)
+
+    api.get = get  # type: ignore[method-assign]
+
+    def owners() -> list[str]:
+        return [o["uid"] for s in api.slices.values() for o in s["metadata"].get("ownerReferences", [])]
+
+    api.node_uid = "uid-node-1-again"  # the node was registered again: the next sync reads it anew
+    task = asyncio.create_task(pub.run())
+    try:
+        with caplog.at_level(logging.INFO, logger="intel_device_plugins.dra.publisher"):
+            await until(lambda: refusals == 0 and owners() == ["uid-node-1-again"])
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "intel_device_plugins.dra.publisher"]
+    lines = [line for line in lines if "failed" in line or "works again" in line or "still failing" in line]
+    assert len(lines) == 2, lines
+    assert "publishing gpu.intel.com slices of node node-1 failed: 503" in lines[0]
+    assert "works again" in lines[1] and "6 failed attempts" in lines[1]

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -173,6 +174,26 @@ async def test_a_get_sends_the_token_and_reuses_the_connection(serve: Any, pki: 
     assert first.headers["authorization"] == "Bearer secret"
     assert first.headers["host"] == f"127.0.0.1:{server.port}"
     assert server.connections == 1
+
+
+async def test_concurrent_calls_share_a_bounded_number_of_connections(serve: Any, pki: Pki) -> None:
+    """Two hundred calls at once open at most a few connections and reuse them: a connection each
+    would hold two hundred TLS sessions and their buffers."""
+
+    async def handle(request: Request, writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(0.001)
+        return await answer(200, {"metadata": {"name": request.target.rsplit("/", 1)[1]}})(request, writer)
+
+    server = await serve(handle)
+    client = client_for(server, pki)
+    try:
+        names = [f"n{index}" for index in range(200)]
+        got = await asyncio.gather(*(client.get(NODES, name) for name in names))
+    finally:
+        await client.close()
+    assert [obj["metadata"]["name"] for obj in got] == names
+    assert server.connections <= rest.MAX_CONNECTIONS
+    assert len(server.requests) == 200
 
 
 async def test_writes_carry_the_body_the_field_manager_and_namespaced_paths(serve: Any, pki: Pki) -> None:
@@ -517,6 +538,47 @@ async def test_follow_lists_again_after_410_and_resumes_a_watch_the_server_ended
         r.target.split("resourceVersion=")[1].split("&")[0] for r in server.requests if "watch=1" in r.target
     ]
     assert watch_versions == ["5", "6", "7"]
+
+
+class DownThenUp:
+    """A client whose lists fail ``failures`` times (the API server away), then answer; its watches
+    stay open and quiet."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.lists = 0
+        self.listed = asyncio.Event()
+
+    async def list(self, res: Any, **selectors: Any) -> rest.ObjectList:
+        self.lists += 1
+        if self.lists <= self.failures:
+            raise ConnectionRefusedError(111, "Connection refused")
+        self.listed.set()
+        return rest.ObjectList((), "1")
+
+    async def watch(self, res: Any, **kwargs: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        await asyncio.Event().wait()
+        yield "ADDED", {}  # pragma: no cover
+
+
+async def test_an_outage_is_logged_when_it_starts_and_ends_not_at_every_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = DownThenUp(failures=300)
+    with caplog.at_level(logging.INFO, logger=rest.__name__):
+        task = asyncio.create_task(
+            follow(client, RESOURCE_SLICES, lambda items: None, lambda kind, obj: None, retry_s=0.001)  # type: ignore[arg-type]
+        )
+        try:
+            await asyncio.wait_for(client.listed.wait(), 30)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    lines = [record.getMessage() for record in caplog.records if record.name == rest.__name__]
+    assert client.lists == 301
+    assert len(lines) == 2, lines
+    assert "following resourceslices failed: " in lines[0] and "Connection refused" in lines[0]
+    assert "following resourceslices works again" in lines[1] and "300 failed attempts" in lines[1]
 
 
 # ----- configuration -----------------------------------------------------------------------------------

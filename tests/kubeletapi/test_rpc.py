@@ -4,7 +4,10 @@ error statuses and the graceful stop; and the grpclib release the size bound rel
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib.metadata
+import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -139,3 +142,25 @@ async def test_stop_lets_a_running_call_finish_ends_streams_and_removes_the_sock
         with pytest.raises(grpc.aio.AioRpcError) as caught:  # the stop ended the stream, with a status
             await asyncio.wait_for(stream.read(), 5)
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize(
+    "blocked", ["read-only directory", "directory at the socket", "file as its directory"]
+)
+async def test_a_socket_that_cannot_be_created_is_an_error_naming_its_path(
+    tmp_path: Path, blocked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "d" / "s.sock"
+    if blocked == "read-only directory":  # as the kernel answers bind() there; chmod does not stop root
+
+        def refuse(sock: socket.socket, address: object) -> None:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+        monkeypatch.setattr(socket.socket, "bind", refuse)
+    elif blocked == "directory at the socket":
+        path.mkdir(parents=True)
+    else:
+        path.parent.write_text("not a directory")
+    server = UnixServer(path, dict([unary(ECHO, _echo)]))
+    with pytest.raises(OSError, match=f"cannot serve on {path}: "):
+        await server.start()

@@ -11,11 +11,18 @@ records outnumber the claims (more than twice, plus 64), the file is rewritten w
 (temporary file, fsync, rename, as the kubelet's own checkpoint store writes), so it stays bounded.
 
 A power cut during an append leaves a last line without its newline: that record was never answered
-as done, so it is ignored, and the next change rewrites the file first. Any other damage is an error
-naming the file and the line. Two instances of a driver run side by side during a rolling update and
-share the file: every change happens under an exclusive ``flock`` on a lock file beside it, and a
-process re-reads the file whenever its identity (inode, size, change time) is not what it last saw.
-``encode``/``decode`` are pure; :class:`Checkpoint` is the only part that touches the disk.
+as done, so it is ignored, and the next change rewrites the file first. Other damage (a bad header, a
+line of garbage or NUL bytes, a record with a bad field, an empty file) never stops a driver: every
+line that can be read is kept, every other one is logged once naming the file and the line, and the
+next change rewrites the file whole, keeping the damaged one beside it as ``checkpoint.json.damaged``.
+A claim whose record was lost is still unprepared, by its spec file's name. A checkpoint that cannot
+be read or written at all (a directory in its place, a read-only file system) is a
+:class:`CheckpointError` naming the path, for each call that needs it.
+
+Two instances of a driver run side by side during a rolling update and share the file: every change
+happens under an exclusive ``flock`` on a lock file beside it, and a process re-reads the file whenever
+its identity (inode, size, change time) is not what it last saw. ``encode``/``decode`` are pure;
+:class:`Checkpoint` is the only part that touches the disk.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +42,13 @@ from intel_device_plugins.dra.model import ClaimRef, PreparedClaim, PreparedDevi
 VERSION = 1
 FILE_NAME = "checkpoint.json"
 LOCK_NAME = "checkpoint.lock"
+DAMAGED_SUFFIX = ".damaged"
+MAX_PROBLEMS_LOGGED = 20
 MAX_BYTES = 16 * 1024 * 1024
 """Far above what a node's prepared claims take (about 300 bytes each); a bound on what is read."""
+
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -68,8 +81,12 @@ def _line(record: Mapping[str, Any]) -> bytes:
 def encode_records(before: Mapping[str, PreparedClaim], after: Mapping[str, PreparedClaim]) -> bytes:
     """The records that turn ``before`` into ``after``: nothing when they are equal."""
     lines = [_line({"unprepared": uid}) for uid in before if uid not in after]
+    # ``is`` first: the unchanged claims are the same objects, and comparing each of a thousand claims
+    # field by field on every change made a burst of prepares quadratic.
     lines += [
-        _line({"prepared": _claim_entry(claim)}) for uid, claim in after.items() if before.get(uid) != claim
+        _line({"prepared": _claim_entry(claim)})
+        for uid, claim in after.items()
+        if before.get(uid) is not claim and before.get(uid) != claim
     ]
     return b"".join(lines)
 
@@ -130,11 +147,13 @@ def _claim(uid: str, entry: Any, where: str) -> PreparedClaim:
 
 @dataclass(frozen=True)
 class Decoded:
-    """A file's claims, how many records it holds, and whether its last line was cut short."""
+    """A file's claims, how many records it holds, whether its last line was cut short, and what in it
+    could not be read (each naming the file and the line)."""
 
     claims: dict[str, PreparedClaim]
     records: int
     torn: bool
+    problems: tuple[str, ...] = ()
 
 
 def _record(line: bytes, where: str) -> Any:
@@ -144,43 +163,76 @@ def _record(line: bytes, where: str) -> Any:
         raise CheckpointError(f"{where} is not valid JSON: {error}") from error
 
 
+def _is_record(record: Any) -> bool:
+    return isinstance(record, dict) and ("unprepared" in record or "prepared" in record)
+
+
+def _header_problems(header: dict[str, Any], where: str, driver: str) -> list[str]:
+    problems = []
+    if header.get("version") != VERSION:
+        problems.append(
+            f"{where}: version {header.get('version')!r}; this driver writes {VERSION} and keeps the "
+            "records it can read"
+        )
+    if header.get("driver") != driver:
+        problems.append(f"{where}: written by driver {header.get('driver')!r}, not {driver!r}")
+    return problems
+
+
+def _apply(claims: dict[str, PreparedClaim], record: Any, where: str) -> None:
+    if isinstance(record, dict) and "unprepared" in record:
+        claims.pop(_string(record["unprepared"], f"{where}: unprepared"), None)
+    elif isinstance(record, dict) and isinstance(record.get("prepared"), dict):
+        entry = record["prepared"]
+        uid = _string(entry.get("uid"), f"{where}: prepared.uid")
+        claims[uid] = _claim(uid, entry, f"{where}: prepared")
+    else:
+        raise CheckpointError(f"{where} is neither a prepared nor an unprepared record")
+
+
 def decode_file(data: bytes, source: str, driver: str) -> Decoded:
-    """The claims in a checkpoint's bytes; :class:`CheckpointError` naming ``source``, the line and field."""
+    """The claims in a checkpoint's bytes, as many as can be read: never raises.
+
+    A line that cannot be read (not JSON, not a record, a field of the wrong type) is skipped and named
+    in ``problems`` with ``source`` and its line number, and so is a damaged or missing header: a driver
+    must start on any checkpoint, and a claim whose record was lost is still unprepared by its spec
+    file's name. A last line without its newline is an append cut short by a power cut.
+    """
     lines = data.split(b"\n")
     torn = lines[-1] != b""  # a final line without its newline: an append cut short
-    lines = lines[:-1]
-    if not lines:
-        if torn:
-            raise CheckpointError(f"checkpoint {source} has no complete header line")
-        raise CheckpointError(f"checkpoint {source} is empty")
-    header = _record(lines[0], f"checkpoint {source} line 1")
-    if not isinstance(header, dict):
-        raise CheckpointError(f"checkpoint {source} line 1 is not a JSON object")
-    version = header.get("version")
-    if version != VERSION:
-        raise CheckpointError(f"checkpoint {source} has version {version!r}; this driver reads {VERSION}")
-    if header.get("driver") != driver:
-        raise CheckpointError(
-            f"checkpoint {source} belongs to driver {header.get('driver')!r}, not {driver!r}"
-        )
+    complete = lines[:-1]
     claims: dict[str, PreparedClaim] = {}
-    for number, line in enumerate(lines[1:], start=2):
+    problems: list[str] = []
+    if not data:
+        problems.append(f"checkpoint {source} line 1: the file is empty")
+    for number, line in enumerate(complete, start=1):
         where = f"checkpoint {source} line {number}"
-        record = _record(line, where)
-        if isinstance(record, dict) and "unprepared" in record:
-            claims.pop(_string(record["unprepared"], f"{where}: unprepared"), None)
-        elif isinstance(record, dict) and isinstance(record.get("prepared"), dict):
-            entry = record["prepared"]
-            uid = _string(entry.get("uid"), f"{where}: prepared.uid")
-            claims[uid] = _claim(uid, entry, f"{where}: prepared")
-        else:
-            raise CheckpointError(f"{where} is neither a prepared nor an unprepared record")
-    return Decoded(claims, len(lines) - 1, torn)
+        try:
+            record = _record(line, where)
+            if number == 1 and not _is_record(record):
+                if not isinstance(record, dict) or "version" not in record:
+                    raise CheckpointError(f"{where} is neither a header nor a record")
+                problems += _header_problems(record, where, driver)
+                continue
+            if number == 1:
+                problems.append(f"{where}: no header; the records are read")
+            _apply(claims, record, where)
+        except CheckpointError as error:
+            problems.append(f"{error}; the line is skipped")
+    if torn:
+        problems.append(
+            f"checkpoint {source} line {len(complete) + 1} is cut short (a write that did not finish); "
+            "the line is skipped"
+        )
+    return Decoded(claims, max(0, len(complete) - 1), torn, tuple(problems))
 
 
 def decode(data: bytes, source: str, driver: str) -> dict[str, PreparedClaim]:
-    """The claims in a checkpoint's bytes (see :func:`decode_file`)."""
-    return decode_file(data, source, driver).claims
+    """The claims in a checkpoint's bytes, strictly: :class:`CheckpointError` with the first problem."""
+    decoded = decode_file(data, source, driver)
+    if decoded.problems:
+        raise CheckpointError(decoded.problems[0])
+    return decoded.claims
 
 
 Identity = tuple[int, int, int, int]
@@ -208,6 +260,8 @@ class Checkpoint:
         """``False`` where what the records describe does not outlive the machine (CDI specs on a tmpfs):
         a record then only has to outlive the driver process, which the page cache sees to."""
         self._seen: _Seen | None = None
+        self.problems: tuple[str, ...] = ()
+        """What the last read of the file could not read (logged once per version of the file)."""
 
     @classmethod
     def for_driver(cls, plugins_dir: Path, driver: str, *, sync_appends: bool = True) -> Checkpoint:
@@ -226,7 +280,7 @@ class Checkpoint:
     def _read(self) -> Decoded | None:
         identity = self._identity()
         if identity is None:
-            self._seen = None
+            self._seen, self.problems = None, ()
             return None
         if self._seen is not None and self._seen.identity == identity:
             return self._seen.decoded
@@ -235,13 +289,17 @@ class Checkpoint:
                 data = file.read(MAX_BYTES + 1)
                 identity = self._identity(file.fileno())
         except FileNotFoundError:
-            self._seen = None
+            self._seen, self.problems = None, ()
             return None
         except OSError as error:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {error.strerror}") from error
+        decoded = decode_file(data[:MAX_BYTES], os.fspath(self.path), self.driver)
         if len(data) > MAX_BYTES:
-            raise CheckpointError(f"checkpoint {self.path} is larger than {MAX_BYTES} bytes")
-        decoded = decode_file(data, os.fspath(self.path), self.driver)
+            problem = f"checkpoint {self.path} is larger than {MAX_BYTES} bytes; the rest is not read"
+            decoded = replace(decoded, problems=(problem, *decoded.problems))
+        if decoded.problems != self.problems:  # once per damage, not on every read
+            _log_problems(decoded)
+        self.problems = decoded.problems
         if identity is not None and identity[1] == len(data):  # not appended to while being read
             self._seen = _Seen(identity, decoded)
         return decoded
@@ -271,6 +329,7 @@ class Checkpoint:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {error.strerror}") from error
         identity = self._identity()  # after the rename, which may touch the change time
         self._seen = None if identity is None else _Seen(identity, Decoded(dict(claims), len(claims), False))
+        self.problems = ()
 
     def _append(self, seen: Decoded, after: dict[str, PreparedClaim], records: bytes) -> None:
         try:
@@ -286,6 +345,19 @@ class Checkpoint:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {error.strerror}") from error
         count = seen.records + records.count(b"\n")
         self._seen = None if identity is None else _Seen(identity, Decoded(after, count, False))
+
+    def _keep_damaged(self) -> None:
+        """Keep the damaged file as ``checkpoint.json.damaged`` (the last one only) before the next change
+        replaces it: what could not be read may still be worth a look."""
+        damaged = self.path.with_name(self.path.name + DAMAGED_SUFFIX)
+        link = self.path.with_name(f".{self.path.name}.{os.urandom(4).hex()}.damaged")
+        try:
+            os.link(self.path, link)
+            os.replace(link, damaged)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                link.unlink(missing_ok=True)
+            log.warning("cannot keep the damaged checkpoint as %s: %s", damaged, error.strerror)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -319,15 +391,34 @@ class Checkpoint:
             if after == before:
                 return after
             records = encode_records(before, after)
-            if seen is None or seen.torn or compaction_due(seen.records + records.count(b"\n"), len(after)):
+            if seen is not None and seen.problems:
+                self._keep_damaged()
+            if (
+                seen is None
+                or seen.torn
+                or seen.problems
+                or compaction_due(seen.records + records.count(b"\n"), len(after))
+            ):
                 self.save(after)
             else:
                 self._append(seen, after, records)
             return dict(after)
 
 
+def _log_problems(decoded: Decoded) -> None:
+    """Warnings, but for a last line cut short: a power cut leaves one, and so does a read (without the
+    lock) that meets the other instance's append half-way; it is only information."""
+    problems = decoded.problems
+    for index, problem in enumerate(problems[:MAX_PROBLEMS_LOGGED]):
+        cut_short = decoded.torn and index == len(problems) - 1
+        log.log(logging.INFO if cut_short else logging.WARNING, "%s", problem)
+    if len(problems) > MAX_PROBLEMS_LOGGED:
+        log.warning("and %d more lines of the checkpoint cannot be read", len(problems) - MAX_PROBLEMS_LOGGED)
+
+
 def forget_vanished(claims: dict[str, PreparedClaim], cdi_dir: Path) -> dict[str, PreparedClaim]:
-    """The claims whose CDI spec files still exist (claims that wrote none stay).
+    """The claims whose CDI spec files still exist; a claim that wrote none had no device of the driver
+    and nothing to undo, so it goes too.
 
     Run when a driver starts: a claim whose specs are gone was prepared before the machine restarted
     (the specs lived on a tmpfs) or its specs were removed by hand; either way nothing of it is left to
@@ -337,7 +428,7 @@ def forget_vanished(claims: dict[str, PreparedClaim], cdi_dir: Path) -> dict[str
     return {
         uid: claim
         for uid, claim in claims.items()
-        if not claim.cdi_spec_files or any((cdi_dir / name).exists() for name in claim.cdi_spec_files)
+        if any((cdi_dir / name).exists() for name in claim.cdi_spec_files)
     }
 
 

@@ -29,12 +29,13 @@ from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryW
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
-from intel_device_plugins.dra.checkpoint import Checkpoint, forget_vanished, is_volatile
+from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import SlicePublisher
 from intel_device_plugins.dra.registration import DriverSockets, SocketPaths, live_sockets
+from intel_device_plugins.kube.outage import OutageLog
 from intel_device_plugins.kube.rest import RESOURCE_CLAIMS, RestClient
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,7 @@ class DraDriver:
         changes the devices is.
         """
         failures = 0
+        outage = OutageLog(f"{self.profile.driver_name}: publishing ResourceSlices", log)
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -201,6 +203,7 @@ class DraDriver:
             try:
                 await publisher.publish(inventory)
                 failures = 0
+                outage.succeeded()
             except asyncio.CancelledError:
                 raise
             except ValueError as error:
@@ -208,12 +211,7 @@ class DraDriver:
             except Exception as error:
                 failures += 1
                 delay = min(MAX_PUBLISH_RETRY_SECONDS, 0.5 * 2 ** min(failures, 10))
-                log.warning(
-                    "%s: publishing ResourceSlices failed: %s; retrying in %.1f s",
-                    self.profile.driver_name,
-                    error,
-                    delay,
-                )
+                outage.failed(error, delay)  # logged when it starts, each minute, and when it ends
                 # A newer inventory does not cut the back-off short: the API is what failed.
                 await asyncio.sleep(delay)
                 self._dirty.set()
@@ -358,7 +356,12 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: RestClient) 
         checkpoint = Checkpoint.for_driver(
             config.plugins_dir, driver, sync_appends=not is_volatile(config.cdi_root)
         )
-        checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
+        try:
+            checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
+        except CheckpointError as error:
+            # Serving still beats exiting: unprepare works by spec file name, and each prepare
+            # answers with this error, naming the path, until the file can be written.
+            log.error("%s: %s; every prepare fails until it can be written", driver, error)
         service = KubeletService(profile, inventory, get_claim, config.node_name, checkpoint, config.cdi_root)
         return DriverParts(
             publisher=SlicePublisher(client, driver, config.node_name),

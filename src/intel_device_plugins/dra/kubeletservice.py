@@ -4,8 +4,10 @@
 answered with its CDI IDs or its error, because the kubelet fails only the claims with an error and
 calls again for them. A claim already in the checkpoint (with its spec file still there) is answered
 from it without reading the API server, so a repeated prepare (kubelet restart, retry) gives the same
-answer and costs one ``stat``. Unprepare removes the claim's spec file and its checkpoint entry; an
-unknown claim is already unprepared.
+answer and costs one ``stat``. The others are read from the API server a few at a time
+(``MAX_CONCURRENT_READS``) and each prepared as it arrives: a pod may name hundreds of claims, and the
+driver must not hold them all, nor a connection each, at once. Unprepare removes the claim's spec file
+and its checkpoint entry; an unknown claim is already unprepared.
 
 ``DRAResourceHealth`` (``v1`` and ``v1alpha1``, the same stream): the full health state on open, again
 whenever it changes, and every ``health_resend_interval`` seconds. The kubelet (1.36 and 1.37,
@@ -53,6 +55,8 @@ MAX_HEALTH_MESSAGE = 1024
 """The kubelet truncates longer messages; trimming here keeps the stream's messages small."""
 MAX_CLAIMS_PER_CALL = 1024
 """A pod has at most a few hundred claims; a bound on what one call makes the driver read."""
+MAX_CONCURRENT_READS = 4
+"""Claims of one call read from the API server at once (the REST client's connection bound)."""
 
 GetClaim = Callable[[str, str], Awaitable[Mapping[str, Any]]]
 """``await get_claim(namespace, name)``: the ResourceClaim as the API server returns it."""
@@ -147,6 +151,8 @@ class KubeletService:
     def _prepare_one(self, ref: ClaimRef, claim: Mapping[str, Any]) -> PreparedClaim:
         allocated = allocated_devices(claim, ref, self.driver, self.node_name)
         plan = plan_prepare(self.profile, ref, allocated, self._inventory())
+        if plan.spec_file is None:
+            return plan.prepared  # no device of this driver: nothing to undo, so no record to keep
 
         def record(claims: dict[str, PreparedClaim]) -> None:
             claims[ref.uid] = plan.prepared
@@ -166,6 +172,20 @@ class KubeletService:
                 raise
         return plan.prepared
 
+    async def _read_and_prepare(self, ref: ClaimRef) -> PreparedClaim | BaseException:
+        try:
+            claim = await self._get_claim(ref.namespace, ref.name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            return ClaimError(
+                f"cannot read ResourceClaim {ref.namespace}/{ref.name}: {_claim_error_text(error)}"
+            )
+        try:
+            return self._prepare_one(ref, claim)
+        except Exception as error:
+            return error
+
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PreparedClaim | BaseException]:
         """Each claim's prepared state or the error that stopped it, keyed by claim UID."""
         outcomes: dict[str, PreparedClaim | BaseException] = {}
@@ -181,23 +201,16 @@ class KubeletService:
                 missing.append(ref)
             else:
                 outcomes[ref.uid] = prepared
-        # Fetch concurrently (the slow part), then prepare in turn: nothing awaits between a
-        # checkpoint read and its write.
-        fetched = await asyncio.gather(
-            *(self._get_claim(ref.namespace, ref.name) for ref in missing), return_exceptions=True
-        )
-        for ref, claim in zip(missing, fetched, strict=True):
-            if isinstance(claim, BaseException):
-                if isinstance(claim, asyncio.CancelledError):
-                    raise claim
-                outcomes[ref.uid] = ClaimError(
-                    f"cannot read ResourceClaim {ref.namespace}/{ref.name}: {_claim_error_text(claim)}"
-                )
-                continue
-            try:
-                outcomes[ref.uid] = self._prepare_one(ref, claim)
-            except Exception as error:
-                outcomes[ref.uid] = error
+        # A few reads at a time, each claim prepared as soon as it arrives: a pod may name hundreds of
+        # claims, and reading them all at once held every answer and a connection each. Preparing
+        # awaits nothing, so no other prepare runs between a checkpoint read and its write.
+        pending = iter(missing)
+
+        async def worker() -> None:
+            for ref in pending:
+                outcomes[ref.uid] = await self._read_and_prepare(ref)
+
+        await asyncio.gather(*(worker() for _ in range(min(MAX_CONCURRENT_READS, len(missing)))))
         for uid, outcome in outcomes.items():
             if isinstance(outcome, BaseException):
                 log.warning("prepare of claim %s failed: %s", uid, _claim_error_text(outcome))
@@ -211,7 +224,13 @@ class KubeletService:
             if ref.uid in claims:
                 removed.append(claims.pop(ref.uid))
 
-        self.checkpoint.update(drop)
+        try:
+            self.checkpoint.update(drop)
+        except CheckpointError as error:
+            # The devices are given back all the same: a record left behind is dropped when its spec
+            # file is found gone (at start, or by a repeated prepare), and the kubelet would retry
+            # this unprepare, holding up the pod's deletion, until the disk is fixed.
+            log.warning("unprepare of claim %s: its spec files are removed, but %s", ref.uid, error)
         for name in files_to_remove(self.driver, ref.uid, removed[0] if removed else None):
             try:
                 (self.cdi_dir / name).unlink(missing_ok=True)

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.slices import SlicePlan, desired_slices, plan
+from intel_device_plugins.kube.outage import OutageLog
 from intel_device_plugins.kube.rest import NODES, RESOURCE_SLICES, RestClient, follow, is_status
 from intel_device_plugins.kube.workqueue import backoff
 
@@ -80,6 +81,7 @@ class SlicePublisher:
         self._lock = asyncio.Lock()
         self._wanted = asyncio.Event()
         self._creates = self._updates = self._deletes = 0
+        self._outage = OutageLog(f"publishing {driver} slices of node {node_name}", log)
 
     @property
     def stats(self) -> PublishStats:
@@ -169,13 +171,13 @@ class SlicePublisher:
             try:
                 await self._sync()
                 failures = 0
+                self._outage.succeeded()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 failures += 1
                 delay = backoff(failures, base=self._retry_s)
-                log.warning("publishing %s slices of node %s failed: %s; retrying in %.1f s",
-                            self._driver, self._node_name, exc, delay)  # fmt: skip
+                self._outage.failed(exc, delay)  # logged when it starts, each minute, and when it ends
                 await asyncio.sleep(delay)
                 self._wanted.set()
 

@@ -7,7 +7,8 @@ HTTP/1.1 over TLS with ``asyncio`` and ``json`` and keeps no models: objects are
 
 Its rules: TLS 1.2 or newer with the server's certificate always verified against the cluster's CA
 (only that CA: no system bundle is loaded) and its name checked; no plain HTTP; every response, header
-and watch event bounded in size; a bearer token read again from its file once a minute (service
+and watch event bounded in size; at most ``MAX_CONNECTIONS`` connections for unary calls, however many
+are made at once (the others wait for one); a bearer token read again from its file once a minute (service
 account tokens rotate). Configuration comes from the pod's service account, or from a kubeconfig file
 (YAML is imported only when one is read). Errors the API answers with raise :class:`ApiError` with
 the HTTP status and the API's own message.
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from intel_device_plugins.kube.outage import OutageLog
 from intel_device_plugins.kube.tlschain import load_pem_chain
 
 SERVICE_ACCOUNT_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -39,6 +41,10 @@ MAX_CONFIG_BYTES: Final = 1 << 20
 """A kubeconfig, token or CA file larger than this is not one."""
 TOKEN_REREAD_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 30.0
+MAX_CONNECTIONS: Final = 4
+"""Unary calls in flight at once, each on a connection of its own; more wait for one. Each TLS
+connection costs about 300 KiB (asyncio's read buffer, the TLS session), so a burst of calls (a pod
+with hundreds of claims) must not open one each. Watches have connections of their own, outside this."""
 MAX_IDLE_CONNECTIONS: Final = 2
 CLOSE_WAIT_S: Final = 1.0
 IDLE_CLOSE_S: Final = 10.0
@@ -444,6 +450,9 @@ class RestClient:
         self._field_manager = field_manager
         self._timeout_s = timeout_s
         self._idle: list[_Connection] = []
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        """Held for a unary call's whole exchange: a call opens a connection only while it holds one,
+        and only when no idle one is left, so no more than ``MAX_CONNECTIONS`` are ever open."""
         self._idle_timer: asyncio.TimerHandle | None = None
         self._token = config.token
         self._token_read = -TOKEN_REREAD_S
@@ -484,7 +493,7 @@ class RestClient:
 
     async def _call(self, method: str, target: str, body: bytes | None = None) -> Any:
         request = self._request(method, target, body)
-        async with asyncio.timeout(self._timeout_s):
+        async with asyncio.timeout(self._timeout_s), self._slots:
             for attempt in (0, 1):
                 while self._idle and self._idle[-1].reader.at_eof():  # closed by the server meanwhile
                     self._idle.pop().writer.close()
@@ -503,7 +512,9 @@ class RestClient:
                 except BaseException:
                     await connection.close()
                     raise
-                if connection.reusable and len(self._idle) < MAX_IDLE_CONNECTIONS:
+                # While every slot is taken, calls are waiting: keep the connection for them.
+                wanted = len(self._idle) < MAX_IDLE_CONNECTIONS or self._slots.locked()
+                if connection.reusable and wanted:
                     self._idle.append(connection)
                     self._close_idle_later()
                 else:
@@ -659,14 +670,20 @@ async def follow(
     resync_s: float = 300.0,
     retry_s: float = 2.0,
     watch_timeout_s: int = 300,
+    outage: OutageLog | None = None,
 ) -> None:
     """List into ``on_list``, then watch from the list's resource version into ``on_event``, until
     cancelled. A watch the server ends is resumed from the last version seen (bookmarks keep it
-    current); 410 Gone, any other error, or ``resync_s`` since the last list bring a new list."""
+    current); 410 Gone, any other error, or ``resync_s`` since the last list bring a new list.
+
+    While the API server is away the list is retried every ``retry_s``; ``outage`` (by default one
+    on this module's logger) logs when that starts, a reminder each minute, and when it ends."""
     selectors: dict[str, Any] = {"namespace": namespace, "labels": labels, "fields": fields}
+    outage = outage or OutageLog(f"following {res.plural}", log)
     while True:
         try:
             listed = await client.list(res, **selectors)
+            outage.succeeded()
             on_list(listed.items)
             version = listed.resource_version
             async with asyncio.timeout(resync_s):
@@ -683,5 +700,5 @@ async def follow(
             raise
         except Exception as exc:  # the API server may be away, or the version too old: list again
             if not is_status(exc, 410):
-                log.warning("following %s failed: %s; retrying in %.0f s", res.plural, exc, retry_s)
+                outage.failed(exc, retry_s)
                 await asyncio.sleep(retry_s)

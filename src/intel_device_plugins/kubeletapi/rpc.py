@@ -226,8 +226,8 @@ class UnixServer:
         self._socket: tuple[int, int] | None = None
 
     async def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-        remove_socket(self.path)  # a stale file of this same instance (a restart keeps the pod UID)
+        """Listen; an ``OSError`` naming the socket's path when that cannot be done (``bind`` errors
+        name nothing, so a read-only directory would otherwise be a bare ``Read-only file system``)."""
         # Built here, on the running loop (grpclib takes the current loop when constructed).
         server = Server(
             [_Servable(_counted(self._handlers, self._calls))],
@@ -236,7 +236,12 @@ class UnixServer:
                 http2_connection_window_size=WINDOW_BYTES, http2_stream_window_size=WINDOW_BYTES
             ),
         )
-        await server.start(path=os.fspath(self.path))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+            remove_socket(self.path)  # a stale file of this same instance (a restart keeps the pod UID)
+            await server.start(path=os.fspath(self.path))
+        except OSError as error:
+            raise OSError(error.errno, f"cannot serve on {self.path}: {error.strerror or error}") from error
         self._server = server
         self._socket = _identity(self.path)
 
