@@ -109,30 +109,44 @@ class KernelHealth:
         self.kind_findings = kind_findings
         self.settings = settings or KernelHealthSettings()
         self.label = label
-        self._baselines: dict[str, kernel.PciBaseline] = {}
+        self._baselines: dict[str, tuple[int, kernel.PciBaseline]] = {}
+        """PCI address → (its bind count when the baseline was taken, the baseline); the scan's own."""
         self.uevents = kernel.UeventLatch()
         """What uevents said; replaced whole on the event loop, read by scans."""
+        self._binds: Mapping[str, int] = {}
+        """PCI address → ``bind`` uevents seen; replaced whole on the event loop, read by scans."""
 
     def observe_uevent(self, event: Uevent | None) -> None:
-        if event is not None:
-            self.uevents = self.uevents.after(event)
+        """Keep what the event says; a driver bound to a function (the recovery from a fatal error or a
+        wedge) takes its baseline anew at the next scan."""
+        if event is None:
+            return
+        self.uevents = self.uevents.after(event)
+        address = kernel.devpath_address(event.devpath)
+        if event.action == "bind" and event.subsystem == "pci" and address is not None:
+            self._binds = {**self._binds, address: self._binds.get(address, 0) + 1}
 
     def safety_rescan_interval(self) -> float:
         return self.settings.poll_seconds
 
     def pci_findings(self, addresses: Collection[str]) -> tuple[Finding, ...]:
         """Presence, driver and AER of each PCI function against the baseline taken when it was first
-        seen; a function no longer asked about loses its baseline (it starts anew when it is back)."""
+        seen or last bound; a function no longer asked about loses its baseline (it starts anew when it
+        is back)."""
         present = set(addresses)
         for address in list(self._baselines):
             if address not in present:
                 del self._baselines[address]
         findings: list[Finding] = []
+        binds = self._binds
         for address in sorted(present):
-            baseline = self._baselines.get(address)
-            if baseline is None:
-                baseline = self._baselines[address] = kernel.pci_baseline(self.root, address)
-            findings.extend(kernel.pci_findings(self.root, address, baseline))
+            taken = self._baselines.get(address)
+            if taken is None or taken[0] != binds.get(address, 0):
+                taken = self._baselines[address] = (
+                    binds.get(address, 0),
+                    kernel.pci_baseline(self.root, address),
+                )
+            findings.extend(kernel.pci_findings(self.root, address, taken[1]))
         return tuple(findings)
 
     def forget(self, address: str) -> None:
