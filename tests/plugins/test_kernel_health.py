@@ -6,6 +6,7 @@ that source is ignored; each plugin is built by its own command line."""
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,7 @@ import pytest
 from intel_device_plugins.deviceplugin.cli import GoFlagParser
 from intel_device_plugins.deviceplugin.health.kernelhealth import KernelHealthSettings
 from intel_device_plugins.deviceplugin.plugin import Scanner
+from intel_device_plugins.deviceplugin.uevents import Uevent
 from intel_device_plugins.plugins.dlb import cli as dlb_cli
 from intel_device_plugins.plugins.dsa import cli as dsa_cli
 from intel_device_plugins.plugins.fpga import cli as fpga_cli
@@ -187,3 +189,21 @@ def test_qat_kernel_mode_says_kernel_health_is_not_available(caplog: pytest.LogC
     (plugin,) = qat_cli.build_plugins(args)
     assert not hasattr(plugin, "health")
     assert any("-kernel-health" in record.getMessage() for record in caplog.records)
+
+
+def test_an_npu_reset_after_a_hang_is_logged_once_and_leaves_the_npu_healthy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tree = build_node(parse_node_spec("[[npu]]\ncount = 1\n"), tmp_path / "node")
+    (plugin,) = npu_cli.build_plugins(
+        npu_cli.build_parser().parse_args(["-prefix", str(tree.root), "-kernel-health"])
+    )
+    (address,) = plugin.health.keys_of(tree.root, "accel0-0")  # type: ignore[attr-defined]
+    devpath = tree.sysfs_of(address).removeprefix("/sys")
+    plugin.observe_uevent(Uevent("change", devpath, "pci", {"IVPU_PM_EVENT": "IVPU_RECOVER"}))  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING):
+        assert {i: d.health.value for i, d in plugin.scan()["accel"].items()} == {"accel0-0": "Healthy"}
+        plugin.scan()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"NPU {address}: still Healthy, warning: npu-uevent npu-recovery warning: NPU reset after a hang"
+    ]

@@ -25,6 +25,7 @@ from intel_device_plugins.deviceplugin.health.model import (
     Finding,
     HealthSettings,
     HealthState,
+    Severity,
     Verdict,
     assess,
 )
@@ -58,22 +59,21 @@ def mark(
     tree: DeviceTree, keys: Mapping[str, tuple[str, ...]], verdicts: Mapping[str, Verdict], label: str
 ) -> tuple[DeviceTree, tuple[str, ...]]:
     """The tree with every device ID that has a key with an Unhealthy verdict marked Unhealthy, and one
-    problem line per such key (its deciding severity and findings)."""
+    problem line per key of the tree that is Unhealthy or Healthy with a warning (an NPU reset after a
+    hang, a non-fatal PCIe error): its deciding severity and findings."""
     problems: dict[str, str] = {}
     marked: dict[str, dict[str, DeviceInfo]] = {}
     for resource, devices in tree.items():
         marked[resource] = {}
         for device_id, info in devices.items():
-            bad = [
-                key
-                for key in keys.get(device_id, ())
-                if key in verdicts and verdicts[key].state is HealthState.UNHEALTHY
-            ]
-            for key in bad:
-                verdict = verdicts[key]
-                problems[key] = (
-                    f"{label} {key}: reported Unhealthy, {verdict.severity.name.lower()}: {verdict.message}"
-                )
+            bad = False
+            for key in keys.get(device_id, ()):
+                verdict = verdicts.get(key)
+                if verdict is None or verdict.severity < Severity.WARNING:
+                    continue
+                state = "reported Unhealthy" if verdict.state is HealthState.UNHEALTHY else "still Healthy"
+                bad = bad or verdict.state is HealthState.UNHEALTHY
+                problems[key] = f"{label} {key}: {state}, {verdict.severity.name.lower()}: {verdict.message}"
             if bad and info.health is Health.HEALTHY:
                 info = replace(info, health=Health.UNHEALTHY)
             marked[resource][device_id] = info
