@@ -87,13 +87,15 @@ async def test_xpumd_overheating_under_the_default_threshold_stays_healthy(
             await kubelet.wait_for(lambda: health(kubelet) == {**HEALTHY, "card1-0": "Unhealthy"}, timeout=5)
 
 
+@pytest.mark.parametrize("flag", ["-kernel-health", "-health-management"])
 async def test_aer_fatal_errors_with_kernel_health_and_a_rebind_as_recovery(
-    node: FakeTree, plugin_dir: Path, kubelet: KubeletStandIn, tmp_path: Path
+    flag: str, node: FakeTree, plugin_dir: Path, kubelet: KubeletStandIn, tmp_path: Path
 ) -> None:
+    """``-health-management`` (Level-Zero, not available here) falls back to the kernel's signals."""
     uevents = tmp_path / "uevents"
     node.uevents = UeventBroadcaster(uevents)
     faults.enable_aer(node, address(node, 0))
-    argv = command(node, plugin_dir, "-kernel-health", "-uevent-dir", str(uevents))
+    argv = command(node, plugin_dir, flag, "-uevent-dir", str(uevents))
     try:
         async with plugin_process(argv, tmp_path / "plugin.log") as plugin:
             await kubelet.wait_for(lambda: health(kubelet) == HEALTHY, timeout=15)
@@ -107,5 +109,7 @@ async def test_aer_fatal_errors_with_kernel_health_and_a_rebind_as_recovery(
             driver = faults.unbind(node, address(node, 0))
             faults.bind(node, address(node, 0), driver)
             await kubelet.wait_for(lambda: health(kubelet) == HEALTHY, timeout=5)
+            if flag == "-health-management":
+                assert "-health-management: Level-Zero health is not available" in plugin.log_text()
     finally:
         node.uevents.close()
