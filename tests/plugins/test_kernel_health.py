@@ -59,6 +59,7 @@ class Case:
     """The device ID the fault is about (empty: the first one); every other stays Healthy."""
     fault: Step
     recover: Step
+    flags: tuple[str, ...] = ()
 
 
 UNBOUND: dict[str, str] = {}
@@ -119,6 +120,16 @@ CASES = [
         lambda tree, keys: faults.idxd_state(tree, keys[1], "enabled"),
     ),
     Case(
+        "dsa-vfio",
+        "[[dsa]]\ncount = 2\ndriver = 'vfio-pci'\n",
+        dsa_cli.build_parser,
+        dsa_cli.build_plugins,
+        "",
+        aer_fatal,
+        rebind,
+        ("-driver", "vfio-pci"),
+    ),
+    Case(
         "iaa",
         "[[iaa]]\ncount = 2\nwqs = 1\n",
         iaa_cli.build_parser,
@@ -152,7 +163,9 @@ async def test_a_kernel_fault_and_its_recovery_reach_list_and_watch(
     case: Case, tmp_path: Path, kubelet: KubeletStandIn, only_uevents: Any
 ) -> None:
     tree = build_node(parse_node_spec(case.profile), tmp_path / "node")
-    (plugin,) = case.build(case.parser().parse_args(["-prefix", str(tree.root), "-kernel-health"]))
+    (plugin,) = case.build(
+        case.parser().parse_args(["-prefix", str(tree.root), "-kernel-health", *case.flags])
+    )
     assert plugin.health is not None  # type: ignore[attr-defined]
     plugin.health.settings = KernelHealthSettings(poll_seconds=POLL)  # type: ignore[attr-defined]
     device = case.device or min(device for devices in plugin.scan().values() for device in devices)
@@ -176,11 +189,11 @@ async def test_a_kernel_fault_and_its_recovery_reach_list_and_watch(
 
 @pytest.mark.parametrize("case", CASES, ids=[case.kind for case in CASES])
 def test_kernel_health_is_off_by_default_and_then_costs_no_polling(case: Case) -> None:
-    (plugin,) = case.build(case.parser().parse_args(["-prefix", "/nonexistent"]))
+    (plugin,) = case.build(case.parser().parse_args(["-prefix", "/nonexistent", *case.flags]))
     assert plugin.health is None  # type: ignore[attr-defined]
     interval = plugin.safety_rescan_interval()  # type: ignore[attr-defined]
     assert interval > 5.0 or case.kind in ("qat", "fpga")  # their own polled state: heartbeat, AFU IDs
-    (on,) = case.build(case.parser().parse_args(["-prefix", "/nonexistent", "-kernel-health"]))
+    (on,) = case.build(case.parser().parse_args(["-prefix", "/nonexistent", "-kernel-health", *case.flags]))
     assert on.safety_rescan_interval() == 5.0  # type: ignore[attr-defined]
 
 

@@ -146,6 +146,11 @@ class KernelHealth:
                     binds.get(address, 0),
                     kernel.pci_baseline(self.root, address),
                 )
+            elif taken[1].aer is None:
+                # No AER counters when first seen (not readable yet): the first ones read are the baseline.
+                aer = kernel.read_aer(self.root, address)
+                if aer is not None:
+                    taken = self._baselines[address] = (taken[0], replace(taken[1], aer=aer))
             findings.extend(kernel.pci_findings(self.root, address, taken[1]))
         return tuple(findings)
 
