@@ -14,6 +14,7 @@ from pathlib import Path
 
 BENCHMARKS = (
     ("GPU", "bench_gpu.py"),
+    ("GPU health", "bench_gpu_health.py"),
     ("QAT", "bench_qat.py"),
     ("DLB", "bench_dlb.py"),
     ("DSA", "bench_dsa.py"),

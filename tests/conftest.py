@@ -14,7 +14,7 @@ import pytest
 from intel_device_plugins.deviceplugin.manager import PluginManager
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
-from intel_device_plugins.deviceplugin.uevents import DirectoryUevents, UeventHub
+from intel_device_plugins.deviceplugin.uevents import DirectoryUevents, Uevent, UeventHub
 from intel_device_plugins.sim.fakefs import FakeTree
 from intel_device_plugins.sim.kubelet import KubeletStandIn
 from intel_device_plugins.sim.uevents import UeventBroadcaster
@@ -93,6 +93,11 @@ class WithoutInotify:
     def safety_rescan_interval(self) -> float:
         interval = getattr(self.plugin, "safety_rescan_interval", None)
         return float(interval()) if interval is not None else 60.0
+
+    def observe_uevent(self, event: Uevent | None) -> None:
+        observe = getattr(self.plugin, "observe_uevent", None)
+        if observe is not None:
+            observe(event)
 
 
 @pytest.fixture

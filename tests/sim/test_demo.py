@@ -18,6 +18,11 @@ def test_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     assert "gpu.intel.com/i915" in output and "card0-0" in output
     assert "intel.cdi.k8s.io/gpu=card" in output
     assert "Hot-plugged card8" in output and "Hot-unplugged card8" in output
+    assert "xpumd reports uncorrectable memory errors on card0 (" in output
+    assert (
+        "card0-0, card0-1 Unhealthy in" in output
+        and "re-attaches card0 after a reset: Healthy again" in output
+    )
     assert "Sockets left behind: none" in output
     for resource in (
         "qat.intel.com/cy",

@@ -13,6 +13,8 @@ SHARED_DEV_NUM: Final = "shared-dev-num"
 """DSA, GPU, IAA, NPU."""
 ALLOCATION_POLICY: Final = "allocation-policy"
 """GPU, QAT."""
+KERNEL_HEALTH: Final = "kernel-health"
+"""DLB, DSA, FPGA, GPU, IAA, NPU, QAT: health from the kernel's signals (AER, driver binding, kind state)."""
 
 DSA_DRIVER: Final = "driver"
 FPGA_MODE: Final = "mode"

@@ -1,4 +1,5 @@
-"""The simulated-node demo: plugin processes, a kubelet stand-in, allocations and a hot-plug.
+"""The simulated-node demo: plugin processes, a kubelet stand-in, allocations, a GPU health fault from a
+simulated xpumd and its recovery, and a hot-plug.
 
 Runs with no hardware and no privileges: everything lives in a temporary directory. The kubelet's real
 device manager and the real node are the test tier's (``k8stest/demo.py``, what ``make demo`` runs); it hands
@@ -25,7 +26,10 @@ from intel_device_plugins.sim.kubelets import ContainerView, DemoKubelet, StandI
 from intel_device_plugins.sim.node import NodeSpec, NodeSpecError, build_node, load_node_spec, parse_node_spec
 from intel_device_plugins.sim.process import console_script, plugin_process
 from intel_device_plugins.sim.profiles import profile_text
+from intel_device_plugins.sim.xpumdcli import XpumdProcess, xpumd_process
 
+XPUMD_INTERVAL_S = 1.0
+"""The simulated xpumd's snapshot period (5 s in xpumd); a change is pushed at once either way."""
 SETTLE_S = 0.3  # how long the set of registered resources must stay the same before the table is printed
 
 
@@ -209,6 +213,31 @@ async def _hotplug_scene(node: DemoNode, kubelet: DemoKubelet, resource: str) ->
     _say(f"Hot-unplugged card{card.index}: back to {before[0]} devices in {elapsed:.2f} s")
 
 
+async def _health_scene(node: DemoNode, kubelet: DemoKubelet, resource: str, xpumd: XpumdProcess) -> None:
+    """xpumd reports uncorrectable memory errors on one card: its IDs turn Unhealthy; xpumd re-attaches
+    the card after a reset: Healthy again."""
+    devices = kubelet.resources().get(resource, {})
+    card = sorted(devices)[0].rsplit("-", 1)[0]
+    ids = sorted(device for device in devices if device.rsplit("-", 1)[0] == card)
+    address = node.tree.path(f"/sys/class/drm/{card}/device").resolve().name
+
+    def states() -> set[str]:
+        now = kubelet.resources().get(resource, {})
+        return {now[device].health for device in ids if device in now}
+
+    faulted_at = time.monotonic()
+    await xpumd.send(f"memory_errors {address}")
+    await kubelet.wait_for(lambda: states() == {"Unhealthy"}, timeout=10)
+    _say(
+        f"\nxpumd reports uncorrectable memory errors on {card} ({address}): {', '.join(ids)} Unhealthy "
+        f"in {time.monotonic() - faulted_at:.2f} s"
+    )
+    recovered_at = time.monotonic()
+    await xpumd.send(f"attach {address}")
+    await kubelet.wait_for(lambda: states() == {"Healthy"}, timeout=10)
+    _say(f"xpumd re-attaches {card} after a reset: Healthy again in {time.monotonic() - recovered_at:.2f} s")
+
+
 KUBELET_NAMES = {
     "device-manager": "the kubelet's real device manager",
     "stand-in": "the demo's kubelet stand-in",
@@ -277,10 +306,12 @@ async def run_demo(
         _say("The node has no devices the demo knows; nothing to demonstrate.")
         return 1
     commands: dict[str, list[str]] = {}
+    xpumd_socket = workdir / "xpumd.sock"
     if gpu_resources:
         commands["GPU plugin"] = [
             console_script("intel_gpu_device_plugin"), *node.common_flags(),
             "-shared-dev-num", "2", "-allocation-policy", "balanced", "-enable-monitoring",
+            "-xpumd-endpoint", str(xpumd_socket),
         ]  # fmt: skip
     if others:
         commands["combined plugin (" + ", ".join(kind for kind, _ in others) + ")"] = [
@@ -293,6 +324,14 @@ async def run_demo(
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(kubelet.stop)
         started = time.monotonic()
+        xpumd = None
+        if gpu_resources:
+            xpumd = await stack.enter_async_context(
+                xpumd_process(
+                    console_script("intel-sim-xpumd"), xpumd_socket, node.root, XPUMD_INTERVAL_S,
+                    workdir / "xpumd.log",
+                )
+            )  # fmt: skip
         processes = {
             name: await stack.enter_async_context(plugin_process(argv, workdir / f"plugin-{index}.log"))
             for index, (name, argv) in enumerate(commands.items())
@@ -311,6 +350,9 @@ async def run_demo(
             await _gpu_scene(node, kubelet, gpu_resources)
         if others:
             await _other_kinds_scene(node, kubelet, namespaces)
+        if xpumd is not None:
+            await _health_scene(node, kubelet, gpu_resources[0], xpumd)
+            _say("(simulated xpumd: intel-sim-xpumd; the GPU plugin runs with -xpumd-endpoint)")
         if gpu_resources:
             await _hotplug_scene(node, kubelet, gpu_resources[0])
         if "fpga" in spec.devices:

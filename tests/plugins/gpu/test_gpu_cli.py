@@ -10,14 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from intel_device_plugins.deviceplugin.cli import framework_config
+from intel_device_plugins.deviceplugin.health.model import Severity, TemperatureLimits
 from intel_device_plugins.plugins.gpu.cli import build_parser, build_plugins, main
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode, parse_id_list
-from intel_device_plugins.plugins.gpu.healthsettings import (
-    GpuHealthSettings,
-    TemperatureLimits,
-    XpumdHealthSettings,
-    XpumdSeverity,
-)
+from intel_device_plugins.plugins.gpu.healthsettings import GpuHealthSettings, XpumdSeverity
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
 
@@ -74,7 +70,8 @@ def test_default_command_line_builds_one_default_plugin() -> None:
     assert plugin.prefix == ""
     assert plugin.options == GpuOptions()
     assert plugin.policy is AllocationPolicy.NONE
-    assert plugin.health_flags == GpuHealthSettings()
+    assert plugin.health.settings == GpuHealthSettings()
+    assert not plugin.health.settings.enabled and plugin.safety_rescan_interval() == float("inf")
 
 
 @pytest.mark.parametrize(
@@ -213,30 +210,59 @@ def test_xpumd_flags_of_upstream_037_reach_the_plugins_health_settings(severity:
         f"-xpumd-unhealthy-severity={severity}",
     )
 
-    assert plugin.health_flags == GpuHealthSettings(
-        xpumd=XpumdHealthSettings("/run/xpumd/intelxpuinfo.sock", XpumdSeverity(severity))
+    assert plugin.health.settings == GpuHealthSettings(
+        xpumd_endpoint="/run/xpumd/intelxpuinfo.sock", xpumd_unhealthy_severity=XpumdSeverity(severity)
     )
-    assert plugin.health_flags.xpumd.enabled
+    assert plugin.health.settings.xpumd_enabled and not plugin.health.settings.kernel_signals
+    assert plugin.health.policy.unhealthy_at is Severity[severity.upper()]
     assert plugin.options == GpuOptions(enable_monitoring=True)
 
 
 def test_severity_without_an_endpoint_is_kept_but_xpumd_stays_off() -> None:
-    health = plugin_for("--xpumd-unhealthy-severity", "warning").health_flags
+    health = plugin_for("--xpumd-unhealthy-severity", "warning").health.settings
 
-    assert health.xpumd == XpumdHealthSettings("", XpumdSeverity.WARNING)
-    assert not health.xpumd.enabled
+    assert health == GpuHealthSettings(xpumd_unhealthy_severity=XpumdSeverity.WARNING)
+    assert not health.xpumd_enabled and not health.enabled
 
 
-def test_level_zero_flags_reach_the_plugins_health_settings() -> None:
-    health = plugin_for(
-        "-health-management", "-temp-limit", "90", "-gpu-temp-limit", "80", "-memory-temp-limit", "85"
-    ).health_flags
+def test_level_zero_falls_back_to_kernel_signals_with_the_temperature_limits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        plugin = plugin_for(
+            "-health-management", "-temp-limit", "90", "-gpu-temp-limit", "80", "-memory-temp-limit", "85"
+        )
 
-    assert health == GpuHealthSettings(level_zero=True, temperature_limits=TemperatureLimits(90, 80, 85))
+    assert plugin.health.settings == GpuHealthSettings(
+        kernel_signals=True,
+        level_zero=True,
+        temperature_limits=TemperatureLimits(gpu=80, memory=85, other=90),
+    )
+    assert plugin.health.policy.temperatures == TemperatureLimits(gpu=80, memory=85, other=90)
+    assert plugin.safety_rescan_interval() == 5.0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("-health-management" in w and "not available" in w and "kernel" in w for w in warnings)
+
+
+@pytest.mark.parametrize(
+    ("argv", "on"), [([], False), (["-kernel-health"], True), (["-kernel-health=false"], False)]
+)
+def test_kernel_health_is_off_unless_asked_for(argv: list[str], on: bool) -> None:
+    plugin = plugin_for(*argv)
+
+    assert plugin.health.settings.kernel_signals is on
+    assert plugin.safety_rescan_interval() == (5.0 if on else float("inf"))
+
+
+def test_temperature_limits_with_xpumd_need_kernel_health() -> None:
+    health = plugin_for("-xpumd-endpoint", "/run/x.sock", "-kernel-health", "-gpu-temp-limit", "90").health
+    assert health.settings.xpumd_enabled and health.policy.temperatures.gpu == 90
+    with pytest.raises(ValueError, match="-kernel-health"):
+        plugin_for("-xpumd-endpoint", "/run/x.sock", "-gpu-temp-limit", "90")
 
 
 def test_xpumd_source_is_logged_with_its_severity(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         plugin_for("-xpumd-endpoint", "/run/x.sock", "-xpumd-unhealthy-severity", "failed")
 
     assert any("/run/x.sock" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)

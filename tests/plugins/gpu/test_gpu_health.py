@@ -23,7 +23,8 @@ from intel_device_plugins.deviceplugin.model import DeviceInfo, Health
 from intel_device_plugins.deviceplugin.server import FrameworkConfig
 from intel_device_plugins.deviceplugin.uevents import DirectoryUevents, UeventHub
 from intel_device_plugins.plugins.gpu.discovery import GpuOptions
-from intel_device_plugins.plugins.gpu.health import GpuHealth, GpuHealthSettings, card_of, mark_unhealthy
+from intel_device_plugins.plugins.gpu.health import GpuHealth, card_of, mark_unhealthy
+from intel_device_plugins.plugins.gpu.healthsettings import GpuHealthSettings
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.sim import faults
 from intel_device_plugins.sim.fakefs import FakeTree

@@ -2,5 +2,6 @@
 health, and the sources that produce them (xpumd's device-info API, kernel signals in sysfs).
 
 Shared by the device plugins and the DRA drivers; nothing here imports either framework's shell, so the
-package can move as a unit.
+package can move as a unit. ``kernelhealth`` applies the kernel's findings to a device plugin's tree (the
+device model only), for every PCI kind's plugin.
 """

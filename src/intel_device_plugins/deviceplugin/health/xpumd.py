@@ -12,7 +12,7 @@ bytes that are no message, an oversized message), the client logs one line when 
 reports ``Severity.UNKNOWN`` for the devices xpumd spoke of, and reconnects after a back-off that
 doubles up to a cap.
 
-Events are edges, not states, so the client latches the ones that count (WARN and worse) per device and
+Events are edges, not states, so the client latches the ones that count (ERROR and worse) per device and
 reason until the device is attached again or the event stream is reconnected (a new xpumd process,
 whose health snapshot then tells the current state).
 """
@@ -51,12 +51,14 @@ SEVERITIES: Final[Mapping[int, Severity]] = MappingProxyType({level.value: level
 
 EVENT_SEVERITIES: Final[Mapping[int, Severity]] = MappingProxyType(
     {
-        wire.EVENT_WARN: Severity.WARNING,
         wire.EVENT_ERROR: Severity.CRITICAL,
         wire.EVENT_FATAL: Severity.FAILED,
     }
 )
-"""``EventSeverityLevel`` → the severity of the finding it latches; INFO and below latch nothing."""
+"""``EventSeverityLevel`` → the severity of the finding it latches. WARN and below latch nothing: WARN
+events (``temp_threshold1``, ``freq_throttled``, ``ras_correctable_errors`` …) announce conditions the
+health snapshot carries and clears, while a latched event would hold until the GPU is attached again
+(a GPU that once throttled would stay Unhealthy under a ``warning`` threshold)."""
 
 ATTACH_REASON: Final = "device_attach"
 """The event after which a device's latched events no longer hold."""
@@ -119,7 +121,7 @@ def health_findings(devices: Iterable[wire.DeviceHealth]) -> tuple[Finding, ...]
 
 
 def event_finding(event: wire.DeviceEvent) -> Finding | None:
-    """The finding an event latches: WARN → WARNING, ERROR → CRITICAL, FATAL → FAILED; None for the
+    """The finding an event latches: ERROR → CRITICAL, FATAL → FAILED; None for the
     rest or for an event that names no PCI address."""
     key = device_key(event.device.pci if event.device else None)
     severity = EVENT_SEVERITIES.get(event.severity)
@@ -135,7 +137,7 @@ class EventLatch:
     held: Mapping[tuple[str, str], Finding] = field(default_factory=lambda: MappingProxyType({}))
 
     def after(self, event: wire.DeviceEvent) -> EventLatch:
-        """The latch once ``event`` arrived: an attach clears the device's events; a WARN or worse holds."""
+        """The latch once ``event`` arrived: an attach clears the device's events; an ERROR or worse holds."""
         key = device_key(event.device.pci if event.device else None)
         held = dict(self.held)
         if key is not None and event.reason == ATTACH_REASON:

@@ -11,7 +11,8 @@ from intel_device_plugins.deviceplugin.cli import GoFlagParser, new_parser, run_
 from intel_device_plugins.plugins.fpga.discovery import Mode
 from intel_device_plugins.plugins.fpga.flags import add_mode_flag
 from intel_device_plugins.plugins.fpga.nodemode import effective_mode, read_node_annotations
-from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
+from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin, fpga_keys
+from intel_device_plugins.plugins.scanning import add_kernel_health, kernel_health
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ def build_parser() -> GoFlagParser:
         "intel_fpga_device_plugin", "Kubernetes device plugin for Intel FPGA cards (fpga.intel.com)."
     )
     add_mode_flag(parser)
+    add_kernel_health(parser)
     parser.add_flag("kubeconfig", default="", help="kubeconfig file (default: the pod's ServiceAccount)")
     parser.add_flag("master", default="", help="API server address; overrides the kubeconfig's")
     parser.add_flag(
@@ -61,7 +63,8 @@ def resolve_mode(args: argparse.Namespace, reader: AnnotationReader = read_node_
 def build_plugins(args: argparse.Namespace) -> Sequence[FpgaPlugin]:
     mode = resolve_mode(args)
     log.info("FPGA device plugin started in %s mode", mode)
-    return [FpgaPlugin(args.prefix, mode)]
+    health = kernel_health(args.kernel_health, args.prefix, fpga_keys, label="FPGA")
+    return [FpgaPlugin(args.prefix, mode, health=health)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

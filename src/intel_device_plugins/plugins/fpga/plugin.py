@@ -7,10 +7,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from intel_device_plugins.deviceplugin.health.kernelhealth import KernelHealth, pci_address_of
 from intel_device_plugins.deviceplugin.model import DeviceTree
 from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.fpga.discovery import LAYOUTS, NAMESPACE, Mode, scan_fpga
+from intel_device_plugins.plugins.scanning import KernelHealthHooks
 
 log = logging.getLogger(__name__)
 
@@ -19,11 +21,22 @@ AFU_RESCAN_INTERVAL = 5.0
 REGION_RESCAN_INTERVAL = 60.0
 
 
+def fpga_keys(root: Path, device_id: str) -> tuple[str, ...]:
+    """A port (AF mode) or FME (region modes) → the PCI function carrying it, through its platform
+    bus link."""
+    if "/" in device_id or device_id.startswith("."):
+        return ()
+    address = pci_address_of(root / "sys/bus/platform/devices" / device_id)
+    return (address,) if address else ()
+
+
 @dataclass
-class FpgaPlugin:
+class FpgaPlugin(KernelHealthHooks):
     prefix: str = ""
     mode: Mode = Mode.AF
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
+    health: KernelHealth | None = None
+    """Kernel signals (``-kernel-health``): AER and driver binding of the card's PCI function."""
     numa: NumaCache = field(init=False)
     root: Path = field(init=False)
     """The root the prefix stands for, which discovery reads from."""
@@ -38,8 +51,9 @@ class FpgaPlugin:
 
     def scan(self) -> DeviceTree:
         result = scan_fpga(self.root, self.mode, self.numa)
-        self.problems.report(result.problems)
-        return result.tree
+        tree, problems = self.with_health(result.tree, result.problems)
+        self.problems.report(problems)
+        return tree
 
     def watch_paths(self) -> Sequence[Path]:
         """Port and FME nodes appear in ``/dev`` with the cards; sysfs class directories are watched
@@ -59,5 +73,7 @@ class FpgaPlugin:
 
     def safety_rescan_interval(self) -> float:
         """Programming a port (partial reconfiguration) changes its ``afu_id`` without a uevent, so
-        AF mode, whose resources are named after the AFU, rescans every few seconds."""
-        return AFU_RESCAN_INTERVAL if self.mode == Mode.AF else REGION_RESCAN_INTERVAL
+        AF mode, whose resources are named after the AFU, rescans every few seconds; so does kernel
+        health."""
+        interval = AFU_RESCAN_INTERVAL if self.mode == Mode.AF else REGION_RESCAN_INTERVAL
+        return min(interval, super().safety_rescan_interval())

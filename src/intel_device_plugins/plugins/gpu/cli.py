@@ -11,6 +11,7 @@ from intel_device_plugins.deviceplugin.cli import (
     new_parser,
     run_plugin_command,
 )
+from intel_device_plugins.deviceplugin.health.model import TemperatureLimits
 from intel_device_plugins.flags import MAX_SHARED_DEV_NUM, shared_dev_num
 from intel_device_plugins.plugins.flagnames import (
     ALLOCATION_POLICY,
@@ -22,16 +23,16 @@ from intel_device_plugins.plugins.flagnames import (
     SHARED_DEV_NUM,
 )
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode, parse_id_list
+from intel_device_plugins.plugins.gpu.health import GpuHealth
 from intel_device_plugins.plugins.gpu.healthsettings import (
     DEFAULT_TEMP_LIMIT,
     DEFAULT_XPUMD_SEVERITY,
     GpuHealthSettings,
-    TemperatureLimits,
-    XpumdHealthSettings,
     xpumd_severity,
 )
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
+from intel_device_plugins.plugins.scanning import add_kernel_health
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,10 @@ def build_parser() -> GoFlagParser:
     parser.add_flag(
         GPU_MONITORING_MODE, type=MonitoringMode, choices=list(MonitoringMode), default=MonitoringMode.SINGLE
     )
-    parser.add_bool_flag("health-management", help="Level-Zero health (not supported here; presence health)")
+    parser.add_bool_flag(
+        "health-management", help="Level-Zero health: not available here, falls back to -kernel-health"
+    )
+    add_kernel_health(parser)
     parser.add_flag("xpumd-endpoint", default="", help="xpumd health socket (/run/xpumd/intelxpuinfo.sock)")
     parser.add_flag(
         "xpumd-unhealthy-severity",
@@ -72,7 +76,9 @@ def build_parser() -> GoFlagParser:
     parser.add_bool_flag("wsl", help="WSL mode (not supported)")
     parser.add_bool_flag("resource-manager", help="GPU resource manager (removed upstream in v0.34)")
     for name in ("temp-limit", "gpu-temp-limit", "memory-temp-limit"):
-        parser.add_flag(name, type=int, default=DEFAULT_TEMP_LIMIT, help="°C limit for Level-Zero health")
+        parser.add_flag(
+            name, type=int, default=DEFAULT_TEMP_LIMIT, help="°C limit (xe's hwmon with -kernel-health)"
+        )
     return parser
 
 
@@ -88,21 +94,32 @@ def build_plugins(args: argparse.Namespace) -> Sequence[GpuPlugin]:
         )
     if args.health_management and args.xpumd_endpoint:
         raise ValueError("-health-management and -xpumd-endpoint cannot be used together")
-    health = GpuHealthSettings(
-        xpumd=XpumdHealthSettings(args.xpumd_endpoint, args.xpumd_unhealthy_severity),
-        level_zero=args.health_management,
-        temperature_limits=TemperatureLimits(args.temp_limit, args.gpu_temp_limit, args.memory_temp_limit),
-    )
-    if health.xpumd.enabled and not health.temperature_limits.are_defaults:
-        raise ValueError("-xpumd-endpoint cannot be combined with temperature limits")
-    if health.xpumd.enabled:
+    limits = TemperatureLimits(gpu=args.gpu_temp_limit, memory=args.memory_temp_limit, other=args.temp_limit)
+    kernel_signals = args.kernel_health
+    if args.health_management:
         log.warning(
-            "-xpumd-endpoint %s (unhealthy from severity %s): health comes from device presence here",
-            health.xpumd.endpoint,
-            health.xpumd.unhealthy_severity,
+            "-health-management: Level-Zero health is not available in this plugin; using the kernel's "
+            "signals instead (-kernel-health: PCIe AER, driver binding, wedged GPUs, xe temperatures "
+            "against the limits)"
         )
-    elif health.level_zero:
-        log.warning("-health-management: health comes from device presence in this plugin")
+        kernel_signals = True
+    if args.xpumd_endpoint and limits != TemperatureLimits() and not kernel_signals:
+        raise ValueError(
+            "-xpumd-endpoint cannot be combined with temperature limits (they need -kernel-health)"
+        )
+    health = GpuHealthSettings(
+        xpumd_endpoint=args.xpumd_endpoint,
+        xpumd_unhealthy_severity=args.xpumd_unhealthy_severity,
+        kernel_signals=kernel_signals,
+        level_zero=args.health_management,
+        temperature_limits=limits,
+    )
+    log.info(
+        "health from: device nodes%s%s; unhealthy from severity %s",
+        f", xpumd at {health.xpumd_endpoint}" if health.xpumd_enabled else "",
+        ", kernel signals" if health.kernel_signals else "",
+        health.xpumd_unhealthy_severity,
+    )
     options = GpuOptions(
         shared_dev_num=args.shared_dev_num,
         by_path=args.bypath,
@@ -112,7 +129,9 @@ def build_plugins(args: argparse.Namespace) -> Sequence[GpuPlugin]:
         monitoring_mode=args.monitoring_mode,
     )
     return [
-        GpuPlugin(prefix=args.prefix, options=options, policy=args.allocation_policy, health_flags=health)
+        GpuPlugin(
+            prefix=args.prefix, options=options, policy=args.allocation_policy, health=GpuHealth(health)
+        )
     ]
 
 

@@ -3,7 +3,8 @@
 Discovery marks a card Unhealthy when its device nodes are missing; this adds what the hardware says.
 A card whose verdict (``deviceplugin.health.model.assess``) is Unhealthy is advertised Unhealthy; a
 card no source can speak of stays as discovery found it (upstream's plugin shows it Healthy while xpumd
-has no data). The command line fills :class:`GpuHealthSettings`.
+has no data). The command line fills :class:`~.healthsettings.GpuHealthSettings`; the kernel's part
+(baselines, uevents) is the piece every PCI kind shares (``deviceplugin.health.kernelhealth``).
 """
 
 from __future__ import annotations
@@ -11,50 +12,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from intel_device_plugins.deviceplugin.health import kernel
-from intel_device_plugins.deviceplugin.health.model import (
-    Finding,
-    HealthSettings,
-    HealthState,
-    Verdict,
-    assess,
-)
+from intel_device_plugins.deviceplugin.health.kernelhealth import KernelHealth, KernelHealthSettings
+from intel_device_plugins.deviceplugin.health.model import Finding, HealthState, Verdict, assess
 from intel_device_plugins.deviceplugin.model import DeviceInfo, DeviceTree, Health
 from intel_device_plugins.deviceplugin.uevents import Uevent
+from intel_device_plugins.plugins.gpu.healthsettings import GpuHealthSettings
 
 if TYPE_CHECKING:
     from intel_device_plugins.deviceplugin.health.xpumd import XpumdClient
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GpuHealthSettings:
-    """What the command line sets: ``-xpumd-endpoint`` (empty: no xpumd) and
-    ``-xpumd-unhealthy-severity`` (``failed``, ``critical`` or ``warning``); ``kernel_signals`` adds PCIe
-    AER, driver binding, i915's error state and xe's hwmon temperatures, polled every ``poll_seconds``,
-    and the uevents of a wedged GPU, a PCI error recovery and an i915 reset."""
-
-    xpumd_endpoint: str = ""
-    xpumd_unhealthy_severity: str = "critical"
-    kernel_signals: bool = False
-    poll_seconds: float = 5.0
-
-    def __post_init__(self) -> None:
-        self.policy()  # an unknown severity is an error naming the flag, at start
-        if self.poll_seconds <= 0:
-            raise ValueError(f"GPU health poll interval must be positive, not {self.poll_seconds}")
-
-    def policy(self) -> HealthSettings:
-        return HealthSettings.from_flag(self.xpumd_unhealthy_severity)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.xpumd_endpoint) or self.kernel_signals
 
 
 def card_of(device_id: str) -> str | None:
@@ -89,18 +61,20 @@ def mark_unhealthy(
 class GpuHealth:
     """The imperative half: the xpumd client (run by :meth:`monitor`) and the kernel's baselines."""
 
-    def __init__(self, settings: GpuHealthSettings) -> None:
-        self.settings = settings
-        self.policy = settings.policy()
+    def __init__(self, settings: GpuHealthSettings | None = None) -> None:
+        self.settings = settings or GpuHealthSettings()
+        self.policy = self.settings.policy()
         self.xpumd: XpumdClient | None = None
-        self._baselines: dict[str, kernel.PciBaseline] = {}
-        self.uevents = kernel.UeventLatch()
-        """What uevents said (wedged, PCI error recovery, i915 resets); replaced whole on the event loop,
-        read by scans."""
+        self.kernel: KernelHealth | None = None
+        """Baselines and uevents (wedged, PCI error recovery, i915 resets) when kernel signals are on; the
+        root is the scan's, set by :meth:`verdicts`."""
+        if self.settings.kernel_signals:
+            kernel_settings = KernelHealthSettings(self.settings.poll_seconds, self.policy)
+            self.kernel = KernelHealth(Path("/"), _no_keys, settings=kernel_settings, label="GPU")
 
     async def monitor(self, changed: Callable[[], None]) -> None:
         """Watch xpumd until cancelled (nothing to do without an endpoint)."""
-        if not self.settings.xpumd_endpoint:
+        if not self.settings.xpumd_enabled:
             return
         log.info(
             "xpumd health source requested: %s with severity: %s",
@@ -114,24 +88,21 @@ class GpuHealth:
         await self.xpumd.run()
 
     def observe_uevent(self, event: Uevent | None) -> None:
-        if event is not None and self.settings.kernel_signals:
-            self.uevents = self.uevents.after(event)
+        if self.kernel is not None:
+            self.kernel.observe_uevent(event)
 
     def safety_rescan_interval(self) -> float:
         """Kernel signals are polled (no uevent announces an AER count); xpumd pushes its own."""
-        return self.settings.poll_seconds if self.settings.kernel_signals else math.inf
+        return self.kernel.safety_rescan_interval() if self.kernel is not None else math.inf
 
     def kernel_findings(self, root: Path, cards: Mapping[str, str]) -> tuple[Finding, ...]:
         """PCIe AER and binding against each card's first-seen baseline, i915's error state, xe's
         temperatures. Runs on the scan thread (the baselines are the scan's own)."""
-        findings: list[Finding] = []
-        present = set(cards.values())
-        for address in list(self._baselines):
-            if address not in present:
-                del self._baselines[address]  # gone: a card that comes back starts a new baseline
+        if self.kernel is None:
+            return ()
+        self.kernel.root = root
+        findings: list[Finding] = list(self.kernel.pci_findings(set(cards.values())))
         for card, address in sorted(cards.items()):
-            baseline = self._baselines.setdefault(address, kernel.pci_baseline(root, address))
-            findings.extend(kernel.pci_findings(root, address, baseline))
             findings.extend(kernel.hwmon_findings(root, address))
             error_state = kernel.i915_error_finding(root, card)
             if error_state is not None:
@@ -140,9 +111,9 @@ class GpuHealth:
 
     def findings(self, root: Path, cards: Mapping[str, str]) -> tuple[Finding, ...]:
         xpumd = self.xpumd.findings() if self.xpumd is not None else ()
-        if not self.settings.kernel_signals:
+        if self.kernel is None:
             return xpumd
-        return xpumd + self.kernel_findings(root, cards) + self.uevents.findings()
+        return xpumd + self.kernel_findings(root, cards) + self.kernel.uevents.findings()
 
     def verdicts(self, prefix: str, cards: Iterable[str]) -> tuple[Mapping[str, str], Mapping[str, Verdict]]:
         """Each card's PCI address, and each address's verdict (the DRA profile can use these as they
@@ -152,7 +123,10 @@ class GpuHealth:
         return addresses, assess(self.findings(root, addresses), self.policy)
 
     def apply(self, prefix: str, tree: DeviceTree) -> tuple[DeviceTree, tuple[str, ...]]:
-        """The scanned tree with the hardware's verdicts applied, and the problems to report."""
+        """The scanned tree with the hardware's verdicts applied, and the problems to report (the tree as
+        it is when no source is on)."""
+        if not self.settings.enabled:
+            return tree, ()
         cards = (card_of(device_id) for devices in tree.values() for device_id in devices)
         addresses, verdicts = self.verdicts(prefix, (card for card in cards if card is not None))
         return mark_unhealthy(tree, addresses, verdicts)
@@ -165,3 +139,9 @@ def _card_addresses(root: Path, cards: Iterable[str]) -> dict[str, str]:
         if address is not None:
             addresses[card] = address
     return addresses
+
+
+def _no_keys(root: Path, device_id: str) -> tuple[str, ...]:
+    """The GPU maps its cards itself (shared IDs, one verdict per card); the kernel part only keeps
+    baselines and uevents."""
+    return ()

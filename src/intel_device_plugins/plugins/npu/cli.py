@@ -12,19 +12,21 @@ from intel_device_plugins.deviceplugin.cli import (
     run_plugin_command,
 )
 from intel_device_plugins.deviceplugin.plugin import Scanner
-from intel_device_plugins.plugins.npu.plugin import NpuPlugin
-from intel_device_plugins.plugins.scanning import add_shared_dev_num
+from intel_device_plugins.plugins.npu.plugin import NpuPlugin, npu_keys
+from intel_device_plugins.plugins.scanning import add_kernel_health, add_shared_dev_num, kernel_health
 
 log = logging.getLogger(__name__)
 
 
 def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
-    return [NpuPlugin(prefix=args.prefix, shared_dev_num=args.shared_dev_num)]
+    health = kernel_health(args.kernel_health, args.prefix, npu_keys, label="NPU")
+    return [NpuPlugin(prefix=args.prefix, shared_dev_num=args.shared_dev_num, health=health)]
 
 
 def build_parser() -> GoFlagParser:
     parser = new_parser("intel_npu_device_plugin", "Intel NPU device plugin for Kubernetes")
     add_shared_dev_num(parser, "NPU")
+    add_kernel_health(parser)
     return parser
 
 

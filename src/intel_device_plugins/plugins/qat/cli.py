@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,8 +19,11 @@ from intel_device_plugins.plugins.qat.flags import (
     parse_vf_drivers,
 )
 from intel_device_plugins.plugins.qat.kernel import KernelPaths
-from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlugin
+from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlugin, pf_findings, vf_keys
 from intel_device_plugins.plugins.qat.policy import Policy
+from intel_device_plugins.plugins.scanning import add_kernel_health, kernel_health
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Mode",
@@ -44,14 +48,18 @@ def build_parser() -> GoFlagParser:
         default=Policy.NONE,
         help="preferred allocation: packed (fill one PF first) or balanced (spread over PFs)",
     )
+    add_kernel_health(parser)
     return parser
 
 
 def build_plugins(args: argparse.Namespace) -> Sequence[Scanner]:
     root = Path(args.prefix or "/")
     if args.mode is Mode.KERNEL:
+        if args.kernel_health:
+            log.warning("-kernel-health: not available with -mode kernel (adf_ctl's sections); ignored")
         return [QatKernelPlugin(KernelPaths(root))]
-    return [QatDpdkPlugin(QatPaths(root), dpdk_config(args), args.allocation_policy)]
+    health = kernel_health(args.kernel_health, args.prefix, vf_keys, pf_findings, label="QAT")
+    return [QatDpdkPlugin(QatPaths(root), dpdk_config(args), args.allocation_policy, health=health)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Protocol
 
 from intel_device_plugins import sysfs
+from intel_device_plugins.deviceplugin.health import kernel as kernel_signals
+from intel_device_plugins.deviceplugin.health.kernelhealth import KernelHealth, pci_address_of
+from intel_device_plugins.deviceplugin.health.model import Finding
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceMap, DeviceTree
 from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.plugins.qat import discovery, kernel, policy
 from intel_device_plugins.plugins.qat.discovery import NAMESPACE, DpdkConfig, QatPaths
+from intel_device_plugins.plugins.scanning import KernelHealthHooks
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,25 @@ class SysfsBinder:
             raise OSError(f"binding to {target} failed: {error.strerror or error}") from error
 
 
-class QatDpdkPlugin:
+def vf_keys(root: Path, device_id: str) -> tuple[str, ...]:
+    """A VF's ID is its PCI address; its PF (``physfn``) speaks for it too: a PF that is down takes
+    its VFs with it."""
+    if not sysfs.PCI_ADDRESS.match(device_id):
+        return ()
+    pf = pci_address_of(root / "sys/bus/pci/devices" / device_id / "physfn")
+    return (device_id, pf) if pf else (device_id,)
+
+
+def pf_findings(root: Path, keys: Collection[str]) -> tuple[Finding, ...]:
+    """``qat/state``, the debugfs heartbeat and RAS ``errors_fatal`` of the PFs among the keys."""
+    findings: list[Finding] = []
+    for key in sorted(keys):
+        if sysfs.PCI_ADDRESS.match(key) and (root / "sys/bus/pci/devices" / key / "qat").is_dir():
+            findings.extend(kernel_signals.qat_findings(root, key))
+    return tuple(findings)
+
+
+class QatDpdkPlugin(KernelHealthHooks):
     """QAT VFs for DPDK: one resource per configured service set, one device per VF."""
 
     namespace = NAMESPACE
@@ -76,9 +98,12 @@ class QatDpdkPlugin:
         allocation_policy: policy.Policy = policy.Policy.NONE,
         binder: Binder | None = None,
         health_rescan_interval: float = HEALTH_RESCAN_INTERVAL,
+        health: KernelHealth | None = None,
     ) -> None:
         self.paths = paths
         self.health_rescan_interval = health_rescan_interval
+        self.health = health
+        """Kernel signals (``-kernel-health``): PF state, heartbeat and RAS; AER and binding of PFs, VFs."""
         self.config = config
         self.allocation_policy = allocation_policy
         self.binder: Binder = binder or SysfsBinder(paths.drivers)
@@ -114,8 +139,9 @@ class QatDpdkPlugin:
         result = discovery.build_tree(
             self.paths, found.vfs, self.config, failures, self._numa, self._memo, settled
         )
-        self.problems.report((*found.problems, *result.problems))
-        return found.vfs, result.tree
+        tree, problems = self.with_health(result.tree, (*found.problems, *result.problems))
+        self.problems.report(problems)
+        return found.vfs, tree
 
     def watch_paths(self) -> Sequence[Path]:
         """Where the VFs' device nodes appear: ``/dev/vfio`` for vfio-pci, ``/dev`` for ``uioN``."""
@@ -128,7 +154,7 @@ class QatDpdkPlugin:
         return ("pci", "vfio", "uio")
 
     def safety_rescan_interval(self) -> float:
-        return self.health_rescan_interval
+        return min(self.health_rescan_interval, super().safety_rescan_interval())
 
     def _bind(self, address: str, current: str) -> str:
         """Try to bind (unless a recent attempt failed); the failure reason, or ``""``."""
@@ -147,6 +173,8 @@ class QatDpdkPlugin:
             self._bind_failures[address] = (reason, self._scans)
             return reason
         self._bind_failures.pop(address, None)
+        if self.health is not None:
+            self.health.forget(address)  # the driver it should have is the one just bound
         log.info("%s: bound to %s (was %s)", address, target, current or "unbound")
         return ""
 
