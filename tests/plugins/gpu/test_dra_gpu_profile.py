@@ -155,7 +155,7 @@ def test_card_whose_device_nodes_vanished_is_unhealthy_with_the_reason(tree: Fak
     assert unhealthy.attributes["health"] == "Unhealthy"
     assert "renderD129" in unhealthy.health_message
     (issue,) = unhealthy.health_issues
-    assert (issue.category, issue.severity) == ("DeviceNodesMissing", Severity.CRITICAL)
+    assert (issue.category, issue.severity) == ("DeviceNodesMissing", Severity.WARNING)
     assert "renderD129" in issue.message
     assert unhealthy.cdi is not None  # the remaining node: running claims still resolve it
 
@@ -168,6 +168,8 @@ def test_card_with_no_device_nodes_left_cannot_be_prepared(tree: FakeTree) -> No
     (device,) = profile.scan().devices
 
     assert device.health is Health.UNHEALTHY and device.cdi is None
+    (issue,) = device.health_issues
+    assert (issue.category, issue.severity) == ("DeviceAbsent", Severity.CRITICAL)
     with pytest.raises(ClaimPreparationError, match=device.name):
         profile.claim_edits("uid-1", [(AllocatedDevice("gpu", "node-a", device.name), device)])
 

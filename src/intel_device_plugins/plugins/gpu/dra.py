@@ -20,9 +20,10 @@ Every device carries every attribute (``"Unknown"``, ``""``, ``0``, ``-1`` or ``
 is nothing to tell), because a selector naming an attribute one candidate lacks aborts the whole
 allocation.
 
-Health is the device plugin's: a card whose device nodes are gone is Unhealthy, with the reason, and
-tainted ``HealthIssues-DeviceNodesMissing`` (critical issues ``NoExecute``, warnings ``NoSchedule``;
-both configurable). An admin-access allocation (monitoring) also gets the card's MEI device nodes.
+Health is the device plugin's: a card whose device nodes are gone is Unhealthy, with the reason. Some
+nodes gone is a warning, tainted ``HealthIssues-DeviceNodesMissing`` ``NoSchedule``; all of them gone
+is critical, ``HealthIssues-DeviceAbsent`` ``NoExecute``, which evicts the pods using the card
+(both effects configurable). An admin-access allocation (monitoring) also gets the card's MEI device nodes.
 
 SR-IOV: a PF with VFs enabled is published beside its VFs as overlapping partitions of one card. Its
 counter set ``<pf>-functions`` holds one ``functions`` counter per enabled VF; each VF draws one and
@@ -94,7 +95,9 @@ PARTITION_OF = "partitionOf"
 NO_NUMA_NODE = -1
 """``numaNode`` of a card without one NUMA node (sysfs's own ``-1``)."""
 DEVICE_NODES_MISSING = "DeviceNodesMissing"
-"""The health issue of a card whose device nodes are gone."""
+"""A warning: some of the card's device nodes are gone (a container still gets the others)."""
+DEVICE_ABSENT = "DeviceAbsent"
+"""Critical: none of the card's device nodes is left, so no container can use it."""
 DEFAULT_HEALTH_TAINTS = HealthTaints(keys=TaintKeys.CATEGORIES, critical="NoExecute", warning="NoSchedule")
 """Intel's scheme: ``HealthIssues-<categories>``, no value; critical issues evict."""
 
@@ -155,7 +158,9 @@ def card_capacity(card: GpuCard) -> dict[str, Capacity]:
 def card_health_issues(card: GpuCard) -> tuple[HealthIssue, ...]:
     if card.info.health is Health.HEALTHY:
         return ()
-    return (HealthIssue(DEVICE_NODES_MISSING, Severity.CRITICAL, card.health_message),)
+    if not card.info.nodes:
+        return (HealthIssue(DEVICE_ABSENT, Severity.CRITICAL, card.health_message),)
+    return (HealthIssue(DEVICE_NODES_MISSING, Severity.WARNING, card.health_message),)
 
 
 def admin_edits(card: GpuCard) -> CdiDevice | None:
