@@ -51,6 +51,8 @@ numa_node = 1
 device_id = "0xe20b"
 memory_bytes = 12884901888
 """
+CARD0, CARD1, CARD2 = "0000-10-00-0-0x56c0", "0000-11-00-0-0x56c0", "0000-12-00-0-0xe20b"
+"""The node's cards by device name (PCI address, device ID); the simulator numbers buses from 0x10."""
 
 
 def slices(client: KubeClient, node: str) -> list[dict[str, Any]]:
@@ -106,14 +108,16 @@ def test_driver_publishes_taints_registers_and_withdraws(
     def three_cards() -> dict[str, dict[str, Any]] | None:
         process.check_alive()
         found = devices(k8s_admin, node)
-        return found if set(found) == {"card0", "card1", "card2"} else None
+        return found if set(found) == {CARD0, CARD1, CARD2} else None
 
     found = wait_for("the driver's slices", three_cards, timeout=30)
-    card2 = found["card2"]
+    card2 = found[CARD2]
     assert card2["attributes"]["driver"] == {"string": "xe"}
     assert card2["capacity"]["memory"]["value"] == str(12 * GIB)
     assert card2["allowMultipleAllocations"] is True
-    assert found["card0"]["attributes"]["pciId"] == {"string": "0x56c0"}
+    assert found[CARD0]["attributes"]["pciId"] == {"string": "0x56c0"}
+    assert found[CARD0]["attributes"]["family"] == {"string": "Data Center Flex"}
+    assert found[CARD0]["attributes"]["sriov"] == {"bool": False}
 
     # The kubelet's plugin watcher would find this socket and ask it who it is.
     registrar = kubelet / "plugins_registry" / f"{DRIVER}-reg.sock"
@@ -126,12 +130,13 @@ def test_driver_publishes_taints_registers_and_withdraws(
 
     def card1_tainted() -> list[dict[str, Any]] | None:
         process.check_alive()
-        taints = devices(k8s_admin, node).get("card1", {}).get("taints") or []
+        taints = devices(k8s_admin, node).get(CARD1, {}).get("taints") or []
         return taints or None
 
     (taint,) = wait_for("card1's taint", card1_tainted, timeout=30)
-    assert taint["key"] == f"{DRIVER}/unhealthy" and taint["effect"] == "NoSchedule"
-    assert "renderD129" in taint.get("value", "")
+    # Intel's scheme: the issue's category as key, no value; a missing render node is a warning.
+    assert taint["key"] == "HealthIssues-DeviceNodesMissing" and taint["effect"] == "NoSchedule"
+    assert "value" not in taint
 
     os.killpg(process.pid, signal.SIGTERM)
     assert process.popen.wait(20) == 0, process.log_tail()
@@ -207,7 +212,7 @@ def test_the_scheduler_shares_a_card_by_memory_and_gives_extended_resources_whol
             k8s_admin.get(f"{claims}/xe-{index}")["status"]["allocation"]["devices"]["results"][0]
             for index in range(3)
         ]
-        assert {r["device"] for r in results} == {"card2"}
+        assert {r["device"] for r in results} == {CARD2}
         assert {r["consumedCapacity"]["memory"] for r in results} == {"4Gi"}
         assert len({r["shareID"] for r in results}) == 3
 

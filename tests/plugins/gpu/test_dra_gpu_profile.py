@@ -18,6 +18,7 @@ from intel_device_plugins.dra.model import (
     Device,
     RequestPolicy,
     Severity,
+    Taint,
 )
 from intel_device_plugins.dra.profile import ClaimPreparationError, claim_cdi_kind
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, scan_gpus
@@ -189,7 +190,7 @@ def test_sriov_roles_of_a_pf_with_vfs_its_vfs_a_capable_pf_and_a_plain_card(tmp_
     """
     tree = build_node(parse_node_spec(spec), tmp_path / "node")
 
-    found = devices(tree)
+    found = {name: d for name, d in devices(tree).items() if not name.endswith("-monitor")}
     roles = {
         name: (d.attributes["sriovRole"], d.attributes["type"], d.attributes["sriov"])
         for name, d in found.items()
@@ -300,9 +301,18 @@ def test_monitoring_template_asks_admin_access_to_every_card() -> None:
     assert template["metadata"]["namespace"] == "monitoring"
     assert request["exactly"] == {
         "deviceClassName": "gpu.intel.com",
-        "selectors": [{"cel": {"expression": 'device.attributes["gpu.intel.com"].type == "gpu"'}}],
+        "selectors": [
+            {
+                "cel": {
+                    "expression": 'device.attributes["gpu.intel.com"].partitionOf == "" || '
+                    'device.attributes["gpu.intel.com"].type == "monitor"'
+                }
+            }
+        ],
         "allocationMode": "All",
         "adminAccess": True,
+        "tolerations": [{"operator": "Exists"}],
+        "capacity": {"requests": {"memory": "0", "millicores": "0"}},
     }
 
 
@@ -322,9 +332,10 @@ def test_memory_may_be_hex_and_is_bounded(tree: FakeTree, text: str, memory: str
 def test_a_pf_with_vfs_and_its_vfs_are_partitions_drawing_on_one_counter_set(tmp_path: Path) -> None:
     build_node(parse_node_spec('[[gpu]]\ndriver = "i915"\nvfs = 3\n[[gpu]]\ndriver = "xe"\n'), tmp_path)
     inventory = GpuDriverProfile(str(tmp_path)).scan()
-    devices = inventory.by_name()
+    devices = dict(inventory.by_name())
     pf, vf1, vf2, vf3 = (f"0000-10-00-{f}-0x56c0" for f in range(4))
     plain = "0000-11-00-0-0x56c0"
+    assert devices.pop(f"{pf}-monitor").consumes_counters == ()
     assert sorted(devices) == [pf, vf1, vf2, vf3, plain]
     (counters,) = inventory.counter_sets
     assert (counters.name, dict(counters.counters)) == (f"{pf}-functions", {"functions": "3"})
@@ -347,3 +358,42 @@ def test_the_device_plugin_still_serves_the_vfs_only(tmp_path: Path) -> None:
     build_node(parse_node_spec('[[gpu]]\ndriver = "i915"\nvfs = 2\n'), tmp_path)
     tree = scan_gpus(str(tmp_path), GpuOptions()).tree
     assert sorted(tree["i915"]) == ["card1-0", "card2-0"]
+
+
+def test_a_pf_with_vfs_has_a_monitoring_view_only_admin_access_gets(tmp_path: Path) -> None:
+    """The view draws no counters (the scheduler checks them for admin access too) and is tainted, so
+    a workload neither selects it by accident nor gets it prepared by tolerating the taint."""
+    build_node(parse_node_spec('[[gpu]]\ndriver = "i915"\nvfs = 2\n'), tmp_path)
+    profile = GpuDriverProfile(str(tmp_path))
+    devices = profile.scan().by_name()
+    pf = devices["0000-10-00-0-0x56c0"]
+    view = devices["0000-10-00-0-0x56c0-monitor"]
+
+    assert view.consumes_counters == () and pf.consumes_counters
+    assert dict(view.attributes) == {**pf.attributes, "type": "monitor"}
+    assert view.cdi == pf.cdi and view.health_issues == pf.health_issues
+    assert Taint("gpu.intel.com/monitoring-only", "NoSchedule") in view.taints
+    assert all(
+        t.key != "gpu.intel.com/monitoring-only" for d in devices.values() if d is not view for t in d.taints
+    )
+    (edit,) = profile.claim_edits(
+        "uid-1", [(AllocatedDevice("all", "node", view.name, admin_access=True), view)]
+    )
+    assert [n.host_path for n in edit.nodes] == [n.host_path for n in (pf.cdi.nodes if pf.cdi else ())]
+    with pytest.raises(ClaimPreparationError, match="only for admin access"):
+        profile.claim_edits("uid-2", [(AllocatedDevice("gpu", "node", view.name), view)])
+
+
+def test_the_monitoring_selector_takes_no_partition_but_every_card_and_view(tmp_path: Path) -> None:
+    """What ``MONITORING_SELECTOR`` selects, evaluated here by its two attributes."""
+    build_node(parse_node_spec('[[gpu]]\ndriver = "i915"\nvfs = 2\n[[gpu]]\ndriver = "xe"\n'), tmp_path)
+    devices = GpuDriverProfile(str(tmp_path)).scan().by_name()
+
+    taken = {
+        name
+        for name, d in devices.items()
+        if d.attributes["partitionOf"] == "" or d.attributes["type"] == "monitor"
+    }
+
+    assert taken == {"0000-10-00-0-0x56c0-monitor", "0000-11-00-0-0x56c0"}
+    assert all(not devices[name].consumes_counters for name in taken)

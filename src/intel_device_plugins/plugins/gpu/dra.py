@@ -29,9 +29,15 @@ SR-IOV: a PF with VFs enabled is published beside its VFs as overlapping partiti
 counter set ``<pf>-functions`` holds one ``functions`` counter per enabled VF; each VF draws one and
 the PF draws all of them, so the scheduler hands out either the whole card or VFs, never both. The
 partitions are not shared by capacity (the scheduler would count a shared partition's draw once per
-claim); their capacities only describe them. Because of those counters an ``allocationMode: All``
-request cannot take a PF and its VFs at once, so the monitoring claim selects ``type == "gpu"``
-(every card and PF, no VF).
+claim); their capacities only describe them.
+
+Monitoring: the scheduler checks a device's counters for admin-access requests too, so a monitoring
+claim (``allocationMode: All``, admin access) can neither take a PF and its VFs together nor a PF
+while one of its VFs is in use. Each PF with VFs enabled is therefore published once more, as
+``<pf>-monitor`` of ``type`` ``monitor``: the same card, drawing no counters, tainted
+``gpu.intel.com/monitoring-only`` (NoSchedule) so only claims tolerating that get it, and refused
+to any allocation without admin access. The monitoring claim selects the cards that are no
+partition and these monitor devices, so it is allocatable on every node whatever runs there.
 """
 
 from __future__ import annotations
@@ -60,10 +66,11 @@ from intel_device_plugins.dra.model import (
     Inventory,
     RequestPolicy,
     Severity,
+    Taint,
     TaintKeys,
 )
 from intel_device_plugins.dra.placement import NUMA_NODE, PCI_ADDRESS, numa_attributes, pci_attributes_of_path
-from intel_device_plugins.dra.profile import default_claim_edits
+from intel_device_plugins.dra.profile import ClaimPreparationError, default_claim_edits
 from intel_device_plugins.plugins.gpu.discovery import (
     KNOWN_DRIVERS,
     NAMESPACE,
@@ -87,7 +94,11 @@ ADMIN_ACCESS_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
 
 GPU_TYPE = "gpu"
 VF_TYPE = "vf"
-"""The ``type`` attribute: a card or PF, or an SR-IOV virtual function."""
+MONITOR_TYPE = "monitor"
+"""The ``type`` attribute: a card or PF, an SR-IOV virtual function, or a PF's monitoring view."""
+MONITOR_SUFFIX = "-monitor"
+MONITORING_ONLY_TAINT = f"{NAMESPACE}/monitoring-only"
+"""Keeps a PF's monitoring view away from every claim that does not tolerate it."""
 SRIOV_ROLE = "sriovRole"
 """``pf``/``vf``/``none``: the card's place in SR-IOV (``sriov`` is Intel's bool: VFs possible)."""
 PARTITION_OF = "partitionOf"
@@ -186,6 +197,18 @@ def card_device(card: GpuCard, sys_devices: str) -> Device:
     )
 
 
+def monitor_device(pf: Device) -> Device:
+    """A PF's monitoring view: the PF as published, drawing no counters, for admin access only."""
+    return replace(
+        pf,
+        name=f"{pf.name}{MONITOR_SUFFIX}",
+        attributes={**pf.attributes, "type": MONITOR_TYPE},
+        consumes_counters=(),
+        taints=(*pf.taints, Taint(MONITORING_ONLY_TAINT, "NoSchedule")),
+        former_name="",
+    )
+
+
 FUNCTIONS_COUNTER = "functions"
 
 
@@ -219,9 +242,10 @@ def inventory_of(
             devices.append(card_device(card, sys_devices))
         else:
             draw = pf.enabled_vfs if pf is card else 1
-            devices.append(
-                partition_device(card, sys_devices, functions_counter_set(pf), draw, device_name(pf))
-            )
+            partition = partition_device(card, sys_devices, functions_counter_set(pf), draw, device_name(pf))
+            devices.append(partition)
+            if pf is card:
+                devices.append(monitor_device(partition))
     counter_sets = tuple(
         CounterSet(functions_counter_set(pf), {FUNCTIONS_COUNTER: str(pf.enabled_vfs)})
         for pf in partitioned.values()
@@ -266,6 +290,12 @@ class GpuDriverProfile:
     def claim_edits(
         self, claim_uid: str, allocated: Sequence[tuple[AllocatedDevice, Device]]
     ) -> Sequence[CdiDevice]:
+        for result, device in allocated:
+            if device.attributes.get("type") == MONITOR_TYPE and not result.admin_access:
+                raise ClaimPreparationError(
+                    f"device {result.device} of driver {DRIVER_NAME} is a PF's monitoring view, "
+                    "only for admin access (tolerating the taint is not enough)"
+                )
         return default_claim_edits(DRIVER_NAME, claim_uid, allocated)
 
 
@@ -290,8 +320,12 @@ GPU_DEVICE_CLASSES = (
 (:func:`monitoring_claim_template`)."""
 
 
-MONITORING_SELECTOR = f'device.attributes["{DRIVER_NAME}"].type == "{GPU_TYPE}"'
-"""What the monitoring claim takes: cards and PFs, never VFs (see :func:`monitoring_claim_template`)."""
+MONITORING_SELECTOR = (
+    f'device.attributes["{DRIVER_NAME}"].{PARTITION_OF} == "" || '
+    f'device.attributes["{DRIVER_NAME}"].type == "{MONITOR_TYPE}"'
+)
+"""What the monitoring claim takes: every card that is no SR-IOV partition, and each PF's monitoring
+view (see :func:`monitoring_claim_template`)."""
 
 
 def monitoring_claim_template(
@@ -301,9 +335,12 @@ def monitoring_claim_template(
 
     Admin access sees cards already allocated to others without consuming them; the API server
     accepts it only in a namespace labelled ``resource.kubernetes.io/admin-access: "true"``. It selects
-    ``type == "gpu"``: every card and every PF, but no VF, because the scheduler checks the SR-IOV
-    partitions' counters for admin access too and a PF and its VFs together exceed them (a monitor
-    reaches the VFs through their PF).
+    :data:`MONITORING_SELECTOR`: no device it takes draws SR-IOV counters, which the scheduler checks
+    for admin access too, so it is allocatable whatever runs on the node (a monitor reaches the VFs
+    through their PF). It tolerates every taint: a monitor watches sick cards and the PFs'
+    monitoring views alike. It asks for no memory and no millicores: the scheduler checks a shared
+    card's capacity for admin access too, and a request naming none would default to the whole card,
+    which does not fit beside a claim already sharing it.
     """
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -320,6 +357,8 @@ def monitoring_claim_template(
                                 "selectors": [{"cel": {"expression": MONITORING_SELECTOR}}],
                                 "allocationMode": "All",
                                 "adminAccess": True,
+                                "tolerations": [{"operator": "Exists"}],
+                                "capacity": {"requests": {"memory": "0", "millicores": "0"}},
                             },
                         }
                     ]
