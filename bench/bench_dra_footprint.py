@@ -52,7 +52,7 @@ from k8stest.kubeletapi import dra_health_v1_pb2 as health_pb
 from k8stest.kubeletapi import dra_health_v1_pb2_grpc as health_grpc
 from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
 from k8stest.kubeletapi import pluginregistration_v1_pb2_grpc as reg_grpc
-from k8stest.node.dra import DRA_NODE_CARDS, DRA_NODE_NAME, DRA_NODE_PROFILE
+from k8stest.node.dra import DRA_NODE_DEVICES, DRA_NODE_NAME, DRA_NODE_PROFILE
 from k8stest.node.plugins import sample_daemonset
 
 DRIVER = "gpu.intel.com"
@@ -131,7 +131,7 @@ async def run(workdir: Path, idle_seconds: float, load: LoadAverage) -> str:
         raise SystemExit(reason)
     root = workdir / "node"
     build_node(parse_node_spec(DRA_NODE_PROFILE), root)
-    cards = set(DRA_NODE_CARDS)
+    cards = set(DRA_NODE_DEVICES)
     kubelet_dir = Path(tempfile.mkdtemp(prefix="dra-fp-", dir="/tmp"))  # sockets: short paths
     plugin_dir = kubelet_dir / "device-plugins"
     with running_control_plane(bins, workdir / "cp", ControlPlaneConfig(with_kwok=False)) as cp:

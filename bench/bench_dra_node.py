@@ -53,6 +53,7 @@ from k8stest.node import (
 )
 from k8stest.node.dra import (
     DRA_NODE_CARDS,
+    DRA_NODE_DEVICES,
     DRA_NODE_NAME,
     DRA_NODE_PROFILE,
     claim_template,
@@ -195,7 +196,7 @@ def bench(runs: int, idle_seconds: float) -> dict[str, Any]:
         plugin_ready = time.monotonic() - t0
         t0 = time.monotonic()
         driver = install_dra_driver(cp, node, "gpu", Path(tmp) / "install")
-        driver.wait_published(client, set(DRA_NODE_CARDS))
+        driver.wait_published(client, set(DRA_NODE_DEVICES))
         driver_ready = time.monotonic() - t0
         template = {
             **claim_template(TEMPLATE, driver.driver),

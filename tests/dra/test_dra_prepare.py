@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -57,6 +58,35 @@ def test_claim_without_devices_writes_nothing() -> None:
     plan = plan_prepare(Profile(), REF, (), inventory("card0"))
     assert plan.spec_file is None and plan.spec is None
     assert plan.prepared.devices == () and plan.prepared.cdi_spec_files == ()
+
+
+def test_a_device_is_found_by_its_former_name_unless_another_device_has_that_name() -> None:
+    renamed = replace(device("0000-03-00-0-0x56c0"), former_name="card0")
+    other = device("card0")
+
+    plan = plan_prepare(Profile(), REF, _allocated("card0"), Inventory(devices=(renamed,)))
+    shadowed = plan_prepare(Profile(), REF, _allocated("card0"), Inventory(devices=(renamed, other)))
+
+    assert plan.spec is not None and plan.spec["devices"][0]["name"] == f"{UID}-card0"
+    assert plan.spec["devices"][0]["containerEdits"]["env"] == ["DEVICE_0000-03-00-0-0X56C0=1"]
+    assert shadowed.spec is not None and shadowed.spec["devices"][0]["containerEdits"]["env"] == [
+        "DEVICE_CARD0=1"
+    ]
+    assert Inventory(devices=(renamed,)).by_name().keys() == {"0000-03-00-0-0x56c0"}
+
+
+def test_admin_access_gets_the_devices_admin_edits_a_workload_its_own() -> None:
+    watched = replace(
+        device("card0"), admin_cdi=CdiDevice(kind="unused/kind", name="card0", env=("MONITOR=1",))
+    )
+    inventory_ = Inventory(devices=(watched,))
+
+    admin = plan_prepare(Profile(), REF, _allocated("card0", admin_access=True), inventory_)
+    workload = plan_prepare(Profile(), REF, _allocated("card0"), inventory_)
+
+    assert admin.spec is not None and admin.spec["devices"][0]["containerEdits"]["env"] == ["MONITOR=1"]
+    assert workload.spec is not None
+    assert workload.spec["devices"][0]["containerEdits"]["env"] == ["DEVICE_CARD0=1"]
 
 
 def test_vanished_device_is_named() -> None:

@@ -18,9 +18,13 @@ from intel_device_plugins.dra.model import (
     CounterConsumption,
     CounterSet,
     Device,
+    HealthIssue,
+    HealthTaints,
     Inventory,
     RequestPolicy,
+    Severity,
     Taint,
+    TaintKeys,
     Version,
 )
 from intel_device_plugins.dra.slices import (
@@ -167,6 +171,72 @@ def test_unhealthy_device_is_tainted_with_its_message_as_a_label_value() -> None
     long = unhealthy_taint(DRIVER, "x" * 100 + "!")
     assert long.value == "x" * 63
     assert unhealthy_taint(DRIVER, "...").value == ""
+
+
+INTEL_TAINTS = HealthTaints(keys=TaintKeys.CATEGORIES, critical="NoExecute", warning="NoSchedule")
+
+
+def _taints(device: Device, policy: HealthTaints) -> list[dict[str, Any]]:
+    (s,) = desired_slices(DRIVER, NODE, UID, Inventory(devices=(device,), health_taints=policy))
+    return list(s["spec"]["devices"][0].get("taints", []))
+
+
+def test_health_issues_become_one_valueless_taint_per_effect_keyed_by_their_categories() -> None:
+    sick = gpu(
+        0,
+        health=Health.UNHEALTHY,
+        health_issues=(
+            HealthIssue("Temperature", Severity.WARNING, "95 C"),
+            HealthIssue("DeviceNodesMissing", Severity.CRITICAL, "renderD128 gone"),
+            HealthIssue("Memory", Severity.WARNING),
+            HealthIssue("DeviceAbsent", Severity.CRITICAL),
+        ),
+    )
+
+    assert _taints(sick, INTEL_TAINTS) == [  # effects in the order the issues first name them
+        {"key": "HealthIssues-Memory_Temperature", "effect": "NoSchedule"},
+        {"key": "HealthIssues-DeviceAbsent_DeviceNodesMissing", "effect": "NoExecute"},
+    ]
+    same_effect = HealthTaints(keys=TaintKeys.CATEGORIES, critical="NoSchedule", warning="NoSchedule")
+    assert _taints(sick, same_effect) == [
+        {"key": "HealthIssues-DeviceAbsent_DeviceNodesMissing_Memory_Temperature", "effect": "NoSchedule"}
+    ]
+
+
+def test_the_driver_key_scheme_carries_the_messages_and_is_the_default() -> None:
+    sick = gpu(
+        0,
+        health=Health.UNHEALTHY,
+        health_issues=(
+            HealthIssue("Temperature", Severity.WARNING, "too hot"),
+            HealthIssue("DeviceNodesMissing", Severity.CRITICAL, "renderD128 gone"),
+        ),
+    )
+    policy = HealthTaints(critical="NoExecute")
+
+    assert Inventory().health_taints == HealthTaints(TaintKeys.DRIVER, "NoSchedule", "NoSchedule")
+    assert _taints(sick, policy) == [
+        {"key": "gpu.intel.com/unhealthy", "effect": "NoSchedule", "value": "too-hot"},
+        {"key": "gpu.intel.com/unhealthy", "effect": "NoExecute", "value": "renderD128-gone"},
+    ]
+
+
+def test_an_unhealthy_device_without_issues_has_one_critical_issue() -> None:
+    sick = gpu(0, health=Health.UNHEALTHY, health_message="gone")
+
+    assert _taints(sick, INTEL_TAINTS) == [{"key": "HealthIssues-Unhealthy", "effect": "NoExecute"}]
+    assert _taints(gpu(1), INTEL_TAINTS) == []
+
+
+def test_a_warning_on_a_healthy_device_taints_it_and_long_categories_are_cut_to_a_label_name() -> None:
+    warned = gpu(0, health_issues=(HealthIssue("Fan", Severity.WARNING),))
+    crowded = gpu(
+        1, health=Health.UNHEALTHY, health_issues=tuple(HealthIssue(f"Category{i}") for i in range(9))
+    )
+
+    assert _taints(warned, INTEL_TAINTS) == [{"key": "HealthIssues-Fan", "effect": "NoSchedule"}]
+    (taint,) = _taints(crowded, INTEL_TAINTS)
+    assert len(taint["key"]) <= 63 and taint["key"].startswith("HealthIssues-Category0_Category1")
 
 
 def test_a_tainted_or_partitioned_device_limits_its_slice_to_64() -> None:

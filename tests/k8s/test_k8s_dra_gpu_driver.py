@@ -51,6 +51,8 @@ numa_node = 1
 device_id = "0xe20b"
 memory_bytes = 12884901888
 """
+CARD0, CARD1, CARD2 = "0000-10-00-0-0x56c0", "0000-11-00-0-0x56c0", "0000-12-00-0-0xe20b"
+"""The node's cards by device name (PCI address, device ID); the simulator numbers buses from 0x10."""
 
 
 def slices(client: KubeClient, node: str) -> list[dict[str, Any]]:
@@ -106,14 +108,16 @@ def test_driver_publishes_taints_registers_and_withdraws(
     def three_cards() -> dict[str, dict[str, Any]] | None:
         process.check_alive()
         found = devices(k8s_admin, node)
-        return found if set(found) == {"card0", "card1", "card2"} else None
+        return found if set(found) == {CARD0, CARD1, CARD2} else None
 
     found = wait_for("the driver's slices", three_cards, timeout=30)
-    card2 = found["card2"]
+    card2 = found[CARD2]
     assert card2["attributes"]["driver"] == {"string": "xe"}
     assert card2["capacity"]["memory"]["value"] == str(12 * GIB)
     assert card2["allowMultipleAllocations"] is True
-    assert found["card0"]["attributes"]["pciId"] == {"string": "0x56c0"}
+    assert found[CARD0]["attributes"]["pciId"] == {"string": "0x56c0"}
+    assert found[CARD0]["attributes"]["family"] == {"string": "Data Center Flex"}
+    assert found[CARD0]["attributes"]["sriov"] == {"bool": False}
 
     # The kubelet's plugin watcher would find this socket and ask it who it is.
     registrar = kubelet / "plugins_registry" / f"{DRIVER}-reg.sock"
@@ -126,12 +130,13 @@ def test_driver_publishes_taints_registers_and_withdraws(
 
     def card1_tainted() -> list[dict[str, Any]] | None:
         process.check_alive()
-        taints = devices(k8s_admin, node).get("card1", {}).get("taints") or []
+        taints = devices(k8s_admin, node).get(CARD1, {}).get("taints") or []
         return taints or None
 
     (taint,) = wait_for("card1's taint", card1_tainted, timeout=30)
-    assert taint["key"] == f"{DRIVER}/unhealthy" and taint["effect"] == "NoSchedule"
-    assert "renderD129" in taint.get("value", "")
+    # Intel's scheme: the issue's category as key, no value; a missing render node is a warning.
+    assert taint["key"] == "HealthIssues-DeviceNodesMissing" and taint["effect"] == "NoSchedule"
+    assert "value" not in taint
 
     os.killpg(process.pid, signal.SIGTERM)
     assert process.popen.wait(20) == 0, process.log_tail()
@@ -167,9 +172,9 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def _scheduled(client: KubeClient, pod: str) -> str | None:
+def _scheduled(client: KubeClient, pod: str, namespace: str = NAMESPACE) -> str | None:
     """``"yes"`` once bound, the scheduler's message once it gave up, ``None`` while undecided."""
-    found = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}")
+    found = client.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
     if found["spec"].get("nodeName"):
         return "yes"
     for condition in found["status"].get("conditions", []):
@@ -207,7 +212,7 @@ def test_the_scheduler_shares_a_card_by_memory_and_gives_extended_resources_whol
             k8s_admin.get(f"{claims}/xe-{index}")["status"]["allocation"]["devices"]["results"][0]
             for index in range(3)
         ]
-        assert {r["device"] for r in results} == {"card2"}
+        assert {r["device"] for r in results} == {CARD2}
         assert {r["consumedCapacity"]["memory"] for r in results} == {"4Gi"}
         assert len({r["shareID"] for r in results}) == 3
 
@@ -224,3 +229,91 @@ def test_the_scheduler_shares_a_card_by_memory_and_gives_extended_resources_whol
         for body in classes:
             k8s_admin.delete_if_present(f"/apis/resource.k8s.io/v1/deviceclasses/{body['metadata']['name']}")
     process.check_alive()
+
+
+TOLERATIONS_NAMESPACE = "gpu-dra-tolerations"
+INTEL_TOLERATIONS = [{"effect": "NoExecute"}, {"effect": "NoSchedule"}]
+"""The key-less tolerations of Intel's monitoring example, as its users copied them."""
+
+
+def _claim_for(name: str, pci_address: str, tolerations: list[dict[str, str]] | None) -> dict[str, Any]:
+    body = _claim(name, "gpu.intel.com", None)
+    exactly = body["spec"]["devices"]["requests"][0]["exactly"]
+    exactly["selectors"] = [
+        {"cel": {"expression": f'device.attributes["{DRIVER}"].pciAddress == "{pci_address}"'}}
+    ]
+    if tolerations is not None:
+        exactly["tolerations"] = tolerations
+    return body
+
+
+def test_intels_keyless_tolerations_tolerate_both_health_taints(
+    driver: tuple[ManagedProcess, str, Path], sim_node: FakeTree, k8s_admin: KubeClient
+) -> None:
+    """card0 loses its render node (a warning: NoSchedule), card1 every node (critical: NoExecute).
+    A claim without tolerations gets neither; one with Intel's key-less tolerations gets each."""
+    process, node, _ = driver
+    wait_for("the driver's slices", lambda: len(devices(k8s_admin, node)) == 3 or None, timeout=30)
+    sim_node.remove("/dev/dri/renderD128")
+    sim_node.remove("/dev/dri/card1")
+    sim_node.remove("/dev/dri/renderD129")
+
+    def both_tainted() -> dict[str, list[dict[str, Any]]] | None:
+        found = {name: devices(k8s_admin, node).get(name, {}).get("taints") or [] for name in (CARD0, CARD1)}
+        return found if all(found.values()) else None
+
+    taints = wait_for("both cards tainted", both_tainted, timeout=30)
+    assert taints == {
+        CARD0: [{"key": "HealthIssues-DeviceNodesMissing", "effect": "NoSchedule", "timeAdded": ANY_TIME}],
+        CARD1: [{"key": "HealthIssues-DeviceAbsent", "effect": "NoExecute", "timeAdded": ANY_TIME}],
+    }
+    classes = [device_class(spec) for spec in GPU_DEVICE_CLASSES]
+    for body in classes:
+        k8s_admin.apply_ok("/apis/resource.k8s.io/v1/deviceclasses", body)
+    k8s_admin.apply_ok(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TOLERATIONS_NAMESPACE}},
+    )
+    base = f"/api/v1/namespaces/{TOLERATIONS_NAMESPACE}/pods"
+    claims = f"/apis/resource.k8s.io/v1/namespaces/{TOLERATIONS_NAMESPACE}/resourceclaims"
+    try:
+        for card, address in ((CARD0, "0000:10:00.0"), (CARD1, "0000:11:00.0")):
+            plain, tolerant = f"plain-{card[5:7]}", f"tolerant-{card[5:7]}"
+            k8s_admin.create(claims, _claim_for(plain, address, None))
+            k8s_admin.create(base, _pod(plain, node, claim=plain))
+            k8s_admin.create(claims, _claim_for(tolerant, address, INTEL_TOLERATIONS))
+            k8s_admin.create(base, _pod(tolerant, node, claim=tolerant))
+            assert (
+                wait_for(
+                    f"{tolerant} scheduled",
+                    partial(_scheduled, k8s_admin, tolerant, TOLERATIONS_NAMESPACE),
+                    timeout=60,
+                )
+                == "yes"
+            )
+            assert (
+                wait_for(
+                    f"{plain} refused",
+                    partial(_scheduled, k8s_admin, plain, TOLERATIONS_NAMESPACE),
+                    timeout=60,
+                )
+                != "yes"
+            )
+    finally:
+        k8s_admin.delete_if_present(f"/api/v1/namespaces/{TOLERATIONS_NAMESPACE}")
+        for body in classes:
+            k8s_admin.delete_if_present(f"/apis/resource.k8s.io/v1/deviceclasses/{body['metadata']['name']}")
+    process.check_alive()
+
+
+class _AnyTime:
+    """Equal to any timestamp string the API server stamps on a taint."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+ANY_TIME = _AnyTime()

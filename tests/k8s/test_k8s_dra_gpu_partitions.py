@@ -28,6 +28,9 @@ device_id = "0x56c0"
 vfs = 2
 """
 NAMESPACE = "gpu-dra-partitions"
+PF = "0000-10-00-0-0x56c0"
+VFS = ("0000-10-00-1-0x56c0", "0000-10-00-2-0x56c0")
+"""The PF and its VFs by device name: VF i at the PF's routing ID + 1 + i, as the kernel places them."""
 
 
 @pytest.fixture
@@ -36,7 +39,7 @@ def sim_node(tmp_path: Path) -> FakeTree:
 
 
 def _claim(name: str, role: str) -> dict[str, Any]:
-    selector = f'device.attributes["gpu.intel.com"].sriov == "{role}"'
+    selector = f'device.attributes["gpu.intel.com"].sriovRole == "{role}"'
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -75,17 +78,22 @@ def test_the_whole_card_and_its_vfs_are_never_allocated_together(
     driver: tuple[ManagedProcess, str, Path], k8s_admin: KubeClient
 ) -> None:
     process, node, _ = driver
-    published = wait_for("three partitions", lambda: len(devices(k8s_admin, node)) == 3 or None, timeout=30)
+    published = wait_for(
+        "three partitions and the monitoring view",
+        lambda: len(devices(k8s_admin, node)) == 4 or None,
+        timeout=30,
+    )
     assert published
     found = devices(k8s_admin, node)
-    assert found["card0"]["consumesCounters"] == [
-        {"counterSet": "card0-functions", "counters": {"functions": {"value": "2"}}}
+    assert found[PF]["consumesCounters"] == [
+        {"counterSet": f"{PF}-functions", "counters": {"functions": {"value": "2"}}}
     ]
-    assert {
-        found[vf]["consumesCounters"][0]["counters"]["functions"]["value"] for vf in ("card1", "card2")
-    } == {"1"}
+    assert {found[vf]["consumesCounters"][0]["counters"]["functions"]["value"] for vf in VFS} == {"1"}
+    assert found[PF]["attributes"]["type"] == {"string": "gpu"}
+    assert {found[vf]["attributes"]["type"]["string"] for vf in VFS} == {"vf"}
+    assert found[PF]["attributes"]["sriov"] == {"bool": True}
     counter_sets = [s for s in slices(k8s_admin, node) if s["spec"].get("sharedCounters")]
-    assert counter_sets and counter_sets[0]["spec"]["sharedCounters"][0]["name"] == "card0-functions"
+    assert counter_sets and counter_sets[0]["spec"]["sharedCounters"][0]["name"] == f"{PF}-functions"
 
     classes = [device_class(spec) for spec in GPU_DEVICE_CLASSES]
     for body in classes:
@@ -112,7 +120,7 @@ def test_the_whole_card_and_its_vfs_are_never_allocated_together(
             "the whole card bound", lambda: _state(k8s_admin, "whole") == "bound" or None, timeout=90
         )
         allocated = k8s_admin.get(f"{claims}/whole")["status"]["allocation"]["devices"]["results"][0]
-        assert allocated["device"] == "card0"
+        assert allocated["device"] == PF
 
         k8s_admin.create(claims, _claim("vf-late", "vf"))
         k8s_admin.create(pods, _pod("vf-late", node, claim="vf-late"))

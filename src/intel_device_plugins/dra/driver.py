@@ -101,7 +101,12 @@ PartsFactory = Callable[[Callable[[], Inventory]], DriverParts]
 
 def same_devices(old: Inventory | None, new: Inventory) -> bool:
     """Whether publishing ``new`` would change nothing (problems are logged, never published)."""
-    return old is not None and old.devices == new.devices and old.counter_sets == new.counter_sets
+    return (
+        old is not None
+        and old.devices == new.devices
+        and old.counter_sets == new.counter_sets
+        and old.health_taints == new.health_taints
+    )
 
 
 class DraDriver:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from intel_device_plugins.deviceplugin.health.model import HealthState as HealthState
+from intel_device_plugins.deviceplugin.health.model import Severity as Severity
 from intel_device_plugins.deviceplugin.model import CdiDevice, Health
 
 MAX_DEVICES_PER_SLICE = 128
@@ -64,6 +66,45 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class HealthIssue:
+    """One thing wrong with a device: ``category`` is a short word naming the kind of issue
+    (``DeviceNodesMissing``), ``message`` says what exactly, for people."""
+
+    category: str
+    severity: Severity = Severity.CRITICAL
+    message: str = ""
+
+
+class TaintKeys(StrEnum):
+    """How an unhealthy device's taint keys are made.
+
+    ``driver``: one key ``<driver>/unhealthy`` with the issues' messages as value. ``categories``: the key
+    ``HealthIssues-<categories>`` (the issues' categories, sorted, joined by ``_``) with no value, the
+    scheme of Intel's GPU DRA driver, which key-less tolerations and tolerations by its keys tolerate.
+    """
+
+    DRIVER = "driver"
+    CATEGORIES = "categories"
+
+
+@dataclass(frozen=True)
+class HealthTaints:
+    """How a driver taints its unhealthy devices: the key scheme and the effect of each severity.
+
+    The issues of one device are grouped by effect, one taint per effect; an effect of ``None``
+    still shows the issue to people without keeping claims off the device.
+    """
+
+    keys: TaintKeys = TaintKeys.DRIVER
+    critical: str = "NoSchedule"
+    warning: str = "NoSchedule"
+
+    def effect(self, severity: Severity) -> str:
+        """Critical and failed issues take the critical effect; anything milder the warning one."""
+        return self.critical if severity >= Severity.CRITICAL else self.warning
+
+
+@dataclass(frozen=True)
 class CounterConsumption:
     """A partition's draw on a shared counter set (``DeviceCounterConsumption``)."""
 
@@ -108,8 +149,11 @@ class Device:
 
     ``name`` is a DNS label unique in the pool. ``attributes`` keys are qualified names
     (``model`` is in the driver's domain, ``resource.kubernetes.io/pcieRoot`` is not). ``cdi`` is what a
-    container that gets this device receives (its ``name`` is replaced per claim when prepared).
-    Unhealthy devices are still published, with a taint, so running claims keep resolving them.
+    container that gets this device receives (its ``name`` is replaced per claim when prepared);
+    ``admin_cdi``, when set, is what an admin-access allocation (monitoring) receives instead.
+    Unhealthy devices are still published, with a taint, so running claims keep resolving them;
+    ``health_issues`` say what is wrong (without them an unhealthy device has one critical issue,
+    its ``health_message``).
     """
 
     name: str
@@ -121,6 +165,11 @@ class Device:
     allow_multiple_allocations: bool = False
     consumes_counters: tuple[CounterConsumption, ...] = ()
     taints: tuple[Taint, ...] = ()
+    health_issues: tuple[HealthIssue, ...] = ()
+    admin_cdi: CdiDevice | None = None
+    former_name: str = ""
+    """The name an earlier release of the driver published this device under, so claims allocated
+    then are still prepared after an upgrade; never published."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", _frozen(self.attributes))
@@ -137,6 +186,9 @@ class Device:
                 self.allow_multiple_allocations,
                 self.consumes_counters,
                 self.taints,
+                self.health_issues,
+                self.admin_cdi,
+                self.former_name,
             )
         )
 
@@ -149,9 +201,18 @@ class Inventory:
     devices: tuple[Device, ...] = ()
     counter_sets: tuple[CounterSet, ...] = ()
     problems: tuple[str, ...] = ()
+    health_taints: HealthTaints = HealthTaints()
+    """How the unhealthy devices among ``devices`` are tainted when published."""
 
     def by_name(self) -> Mapping[str, Device]:
         return {device.name: device for device in self.devices}
+
+    def for_claims(self) -> Mapping[str, Device]:
+        """The devices by the names a claim's allocation may give them: their names and, where no
+        device has it as its name, their former names."""
+        devices = {device.former_name: device for device in self.devices if device.former_name}
+        devices.update(self.by_name())
+        return devices
 
 
 @dataclass(frozen=True)

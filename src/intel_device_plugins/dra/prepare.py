@@ -44,7 +44,7 @@ class ClaimPlan:
 def _resolve(
     driver: str, ref: ClaimRef, allocated: Sequence[AllocatedDevice], inventory: Inventory
 ) -> list[tuple[AllocatedDevice, Device]]:
-    devices = inventory.by_name()
+    devices = inventory.for_claims()
     resolved: list[tuple[AllocatedDevice, Device]] = []
     for result in allocated:
         device = devices.get(result.device)

@@ -60,10 +60,12 @@ def claim_cdi_kind(driver_name: str) -> str:
 def default_claim_edits(
     driver_name: str, claim_uid: str, allocated: Sequence[tuple[AllocatedDevice, Device]]
 ) -> list[CdiDevice]:
-    """Each allocated device's own CDI edits, renamed ``<claim uid>-<device>`` under the claim kind."""
+    """Each allocated device's own CDI edits, renamed ``<claim uid>-<device>`` under the claim kind; an
+    admin-access allocation gets the device's ``admin_cdi`` edits where it has them."""
     edits: list[CdiDevice] = []
     for result, device in allocated:
-        if device.cdi is None:
+        cdi = device.admin_cdi if result.admin_access and device.admin_cdi is not None else device.cdi
+        if cdi is None:
             raise ClaimPreparationError(
                 f"device {result.device} of driver {driver_name} has no container edits"
             )
@@ -71,12 +73,12 @@ def default_claim_edits(
             CdiDevice(
                 kind=claim_cdi_kind(driver_name),
                 name=f"{claim_uid}-{result.device}",
-                nodes=device.cdi.nodes,
-                mounts=device.cdi.mounts,
-                mount_type=device.cdi.mount_type,
-                mount_options=device.cdi.mount_options,
-                create_runtime_hooks=device.cdi.create_runtime_hooks,
-                env=device.cdi.env,
+                nodes=cdi.nodes,
+                mounts=cdi.mounts,
+                mount_type=cdi.mount_type,
+                mount_options=cdi.mount_options,
+                create_runtime_hooks=cdi.create_runtime_hooks,
+                env=cdi.env,
             )
         )
     return edits

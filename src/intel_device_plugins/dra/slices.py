@@ -32,8 +32,11 @@ from intel_device_plugins.dra.model import (
     CounterConsumption,
     CounterSet,
     Device,
+    HealthIssue,
+    HealthTaints,
     Inventory,
     Taint,
+    TaintKeys,
     Version,
 )
 from intel_device_plugins.kube.quantity import parse_quantity
@@ -42,7 +45,11 @@ API_VERSION: Final = "resource.k8s.io/v1"
 DRIVER_LABEL: Final = "deviceplugin.intel.com/dra-driver"
 """Names the driver on each of its slices, for people and tools (the publisher selects by fields)."""
 UNHEALTHY_TAINT: Final = "unhealthy"
-"""The taint key's name part; the key is ``<driver>/unhealthy``."""
+"""The taint key's name part under :attr:`TaintKeys.DRIVER`; the key is ``<driver>/unhealthy``."""
+HEALTH_ISSUES_TAINT: Final = "HealthIssues"
+"""The taint key's start under :attr:`TaintKeys.CATEGORIES`: ``HealthIssues-<categories>``."""
+UNHEALTHY_CATEGORY: Final = "Unhealthy"
+"""The category of an unhealthy device's one issue when its driver names none."""
 
 MAX_DEVICES_WITH_ADVANCED_FEATURES: Final = 64
 """A slice holding a device with taints or counter consumptions holds at most this many devices."""
@@ -110,12 +117,48 @@ def slice_name(driver: str, node_name: str, index: int) -> str:
     return f"{slice_name_prefix(driver, node_name)}{index}"
 
 
-def unhealthy_taint(driver: str, message: str) -> Taint:
-    """The taint an unhealthy device carries: ``<driver>/unhealthy`` NoSchedule, the health message as value
-    (trimmed to what a label value may hold: 63 characters of ``[-A-Za-z0-9_.]``, alphanumeric ends)."""
-    value = _NOT_IN_LABEL_VALUE.sub("-", message)[:63]
-    value = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
-    return Taint(key=f"{driver}/{UNHEALTHY_TAINT}", effect="NoSchedule", value=value)
+def _label_text(text: str) -> str:
+    """``text`` trimmed to what a label name or value may hold: 63 characters of ``[-A-Za-z0-9_.]``,
+    alphanumeric ends."""
+    value = _NOT_IN_LABEL_VALUE.sub("-", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def unhealthy_taint(driver: str, message: str, effect: str = "NoSchedule") -> Taint:
+    """``<driver>/unhealthy`` with the health message as value (trimmed to a label value)."""
+    return Taint(key=f"{driver}/{UNHEALTHY_TAINT}", effect=effect, value=_label_text(message))
+
+
+def health_issues_taint(categories: Iterable[str], effect: str) -> Taint:
+    """``HealthIssues-<categories sorted, joined by _>`` with no value; the key is cut to a label name."""
+    joined = "_".join(sorted(set(categories)))
+    return Taint(key=_label_text(f"{HEALTH_ISSUES_TAINT}-{joined}"), effect=effect)
+
+
+def device_issues(device: Device) -> tuple[HealthIssue, ...]:
+    """What is wrong with a device: its own issues, or for an unhealthy device without any, one critical
+    issue carrying its health message."""
+    if device.health_issues:
+        return device.health_issues
+    if device.health == Health.HEALTHY:
+        return ()
+    return (HealthIssue(UNHEALTHY_CATEGORY, message=device.health_message or "unhealthy"),)
+
+
+def health_taints(driver: str, device: Device, policy: HealthTaints) -> tuple[Taint, ...]:
+    """The taints ``policy`` gives a device's issues: one per effect, in the order the effects first
+    appear."""
+    by_effect: dict[str, list[HealthIssue]] = {}
+    for issue in device_issues(device):
+        by_effect.setdefault(policy.effect(issue.severity), []).append(issue)
+    taints: list[Taint] = []
+    for effect, issues in by_effect.items():
+        if policy.keys is TaintKeys.CATEGORIES:
+            taints.append(health_issues_taint((issue.category for issue in issues), effect))
+        else:
+            message = "; ".join(issue.message or issue.category for issue in issues)
+            taints.append(unhealthy_taint(driver, message, effect))
+    return tuple(taints)
 
 
 # --- checks --------------------------------------------------------------------------------------------
@@ -320,10 +363,8 @@ def _consumption(consumption: CounterConsumption) -> dict[str, Any]:
     return {"counterSet": consumption.counter_set, "counters": _counters(consumption.counters)}
 
 
-def _device_taints(driver: str, device: Device) -> tuple[Taint, ...]:
-    if device.health == Health.HEALTHY:
-        return device.taints
-    return (*device.taints, unhealthy_taint(driver, device.health_message or "unhealthy"))
+def _device_taints(driver: str, device: Device, policy: HealthTaints) -> tuple[Taint, ...]:
+    return (*device.taints, *health_taints(driver, device, policy))
 
 
 def _natural(name: str) -> tuple[tuple[int, str], ...]:
@@ -377,7 +418,7 @@ def desired_slices(
     for i, device in enumerate(devices):
         if i and devices[i - 1].name == device.name:
             raise SliceError(f"device {device.name!r}: listed twice in the pool")
-        taints = _device_taints(driver, device)
+        taints = _device_taints(driver, device, inventory.health_taints)
         _check_device(device, counter_sets, taints)
         entries.append((device, taints))
 

@@ -24,6 +24,8 @@ GPU_MONITORING_MODE: Final = "monitoring-mode"
 GPU_ALLOW_IDS: Final = "allow-ids"
 GPU_DENY_IDS: Final = "deny-ids"
 GPU_BYPATH: Final = "bypath"
+GPU_CRITICAL_TAINT_EFFECT: Final = "critical-taint-effect"
+GPU_WARNING_TAINT_EFFECT: Final = "warning-taint-effect"
 
 QAT_DPDK_DRIVER: Final = "dpdk-driver"
 QAT_KERNEL_VF_DRIVERS: Final = "kernel-vf-drivers"

@@ -6,6 +6,12 @@ under ``/dev/dri``, ``/dev/dri/by-path`` links and, optionally, MEI nodes. Tiles
 i915 has ``cardN/gt/gt<t>``, xe has ``<bdf>/tile<t>/gt<t>``. So does local memory: i915 tells the
 card's total in ``cardN/lmem_total_bytes``, xe each tile's share in
 ``<bdf>/tile<t>/physical_vram_size_bytes``.
+
+SR-IOV is laid out as the kernel does it: a PF has ``sriov_totalvfs``, ``sriov_numvfs``,
+``sriov_offset``, ``sriov_stride``, ``sriov_vf_device`` and ``sriov_drivers_autoprobe``, and one
+``virtfn<i>`` link per enabled VF; VF ``i`` sits beside its PF at routing ID
+``PF + offset + i * stride`` (same parent, usually the same bus) with a ``physfn`` link back, and has
+its own DRM card when autoprobing binds it to the GPU driver.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ DEFAULTS: Mapping[str, Any] = {
     "memory_bytes": 0,
     "mei": False,
     "totalvfs": 0,
+    "vf_offset": 1,
+    "vf_stride": 1,
+    "vf_device_id": "",
+    "autoprobe": True,
 }
 
 
@@ -112,6 +122,84 @@ def add_card(
     tree.uevent("add", f"{sysfs}/drm/card{index}", "drm", DEVNAME=f"dri/card{index}")
     tree.uevent("add", f"{sysfs}/drm/renderD{render}", "drm", DEVNAME=f"dri/renderD{render}")
     return SimulatedCard(index, address)
+
+
+def vf_address(pf_address: str, offset: int, stride: int, index: int) -> str:
+    """The address of VF ``index`` (from 0) of the PF at ``pf_address``: its routing ID (bus and devfn)
+    is the PF's plus ``offset`` plus ``index`` times ``stride``, as the PCIe SR-IOV capability says."""
+    domain, bus, rest = pf_address.split(":")
+    slot, function = rest.split(".")
+    routing_id = (int(bus, 16) << 8 | int(slot, 16) << 3 | int(function)) + offset + index * stride
+    if routing_id > 0xFFFF:
+        raise ValueError(f"gpu: VF {index} of {pf_address} would lie beyond bus ff")
+    vf_bus, devfn = routing_id >> 8, routing_id & 0xFF
+    return f"{domain}:{vf_bus:02x}:{devfn >> 3:02x}.{devfn & 7}"
+
+
+def enable_vfs(
+    tree: FakeTree,
+    pf: SimulatedCard,
+    vfs: int,
+    *,
+    totalvfs: int = 0,
+    offset: int = 1,
+    stride: int = 1,
+    vf_device_id: str = "",
+    autoprobe: bool = True,
+    driver: str = "i915",
+    numa_node: int = 0,
+    vendor: str = "0x8086",
+) -> tuple[SimulatedCard, ...]:
+    """Make card ``pf`` an SR-IOV PF with ``vfs`` VFs enabled (of ``totalvfs``, default at least 7).
+
+    The VFs get their own cards only when ``autoprobe`` is on: otherwise they stay unbound, as on a
+    host whose ``sriov_drivers_autoprobe`` is 0. Returns the VFs' cards (index -1 for unbound ones).
+    """
+    total = totalvfs or max(vfs, 7)
+    if total < vfs:
+        raise ValueError(f"gpu: totalvfs {total} is less than vfs {vfs}")
+    if offset < 1 or stride < 1:
+        raise ValueError(f"gpu: VF offset {offset} and stride {stride} must be at least 1")
+    pf_sysfs = tree.sysfs_of(pf.address)
+    device_id = vf_device_id or read_device_id(tree, pf_sysfs)
+    tree.write(f"{pf_sysfs}/sriov_totalvfs", f"{total}\n")
+    tree.write(f"{pf_sysfs}/sriov_offset", f"{offset}\n")
+    tree.write(f"{pf_sysfs}/sriov_stride", f"{stride}\n")
+    tree.write(f"{pf_sysfs}/sriov_vf_device", f"{device_id.removeprefix('0x')}\n")
+    tree.write(f"{pf_sysfs}/sriov_drivers_autoprobe", f"{int(autoprobe)}\n")
+    cards: list[SimulatedCard] = []
+    for index in range(vfs):
+        address = vf_address(pf.address, offset, stride, index)
+        if autoprobe:
+            card = add_card(
+                tree,
+                driver=driver,
+                numa_node=numa_node,
+                device_id=device_id,
+                vendor=vendor,
+                address=address,
+                physfn=pf.address,
+                parent=os.path.dirname(pf_sysfs),
+            )
+        else:
+            tree.pci_function(
+                address,
+                vendor=vendor,
+                device=device_id,
+                numa_node=numa_node,
+                driver=None,
+                parent=os.path.dirname(pf_sysfs),
+            )
+            tree.link(f"{tree.sysfs_of(address)}/physfn", pf_sysfs)
+            card = SimulatedCard(-1, address)
+        tree.link(f"{pf_sysfs}/virtfn{index}", tree.sysfs_of(address))
+        cards.append(card)
+    tree.write(f"{pf_sysfs}/sriov_numvfs", f"{vfs}\n")
+    return tuple(cards)
+
+
+def read_device_id(tree: FakeTree, sysfs: str) -> str:
+    return tree.path(f"{sysfs}/device").read_text().strip()
 
 
 def rebind(tree: FakeTree, index: int, driver: str, *, renumber_to: int | None = None) -> int:
@@ -210,7 +298,9 @@ def remove_card(tree: FakeTree, index: int) -> None:
 
 def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
     """Build every ``[[gpu]]`` entry. ``vfs > 0`` makes each card an SR-IOV PF with that many VF cards;
-    ``totalvfs`` makes it SR-IOV capable (``sriov_totalvfs``) with no VFs enabled yet."""
+    ``totalvfs`` makes it SR-IOV capable (``sriov_totalvfs``) with no VFs enabled yet. ``vf_offset``,
+    ``vf_stride`` and ``vf_device_id`` place and name the VFs; ``autoprobe = false`` leaves them
+    unbound. ``mei`` gives every card of the entry an MEI device."""
     for entry in entries:
         options = entry_options(entry, "gpu", DEFAULTS)
         driver, numa_node = str(options["driver"]), int(options["numa_node"])
@@ -230,15 +320,19 @@ def build(tree: FakeTree, entries: Sequence[Mapping[str, Any]]) -> None:
                 mei=bool(options["mei"]),
             )
             sysfs = tree.sysfs_of(card.address)
-            tree.write(f"{sysfs}/sriov_numvfs", f"{vfs}\n")
-            if vfs or totalvfs:
-                tree.write(f"{sysfs}/sriov_totalvfs", f"{totalvfs or max(vfs, 7)}\n")
-            for _vf in range(vfs):
-                add_card(
-                    tree,
-                    driver=driver,
-                    numa_node=numa_node,
-                    device_id=device_id,
-                    vendor=vendor,
-                    physfn=card.address,
-                )
+            if not (vfs or totalvfs):
+                tree.write(f"{sysfs}/sriov_numvfs", "0\n")
+                continue
+            enable_vfs(
+                tree,
+                card,
+                vfs,
+                totalvfs=totalvfs,
+                offset=int(options["vf_offset"]),
+                stride=int(options["vf_stride"]),
+                vf_device_id=str(options["vf_device_id"]),
+                autoprobe=bool(options["autoprobe"]),
+                driver=driver,
+                numa_node=numa_node,
+                vendor=vendor,
+            )

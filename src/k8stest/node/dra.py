@@ -26,11 +26,13 @@ from k8stest.node.config import NodeLayout
 __all__ = [
     "DRA_FEATURE_GATES",
     "DRA_NODE_CARDS",
+    "DRA_NODE_DEVICES",
     "DRA_NODE_NAME",
     "DRA_NODE_PROFILE",
     "KUBELET_DRA_FEATURE_GATES",
     "RESOURCE_API",
     "allocated_devices",
+    "card_of",
     "checkpoint_claims",
     "claim_cdi_files",
     "claim_path",
@@ -39,6 +41,7 @@ __all__ = [
     "created",
     "device_class",
     "device_health",
+    "device_of",
     "drm_nodes",
     "enabled_feature_gates",
     "events",
@@ -85,6 +88,15 @@ count = 1
 device_id = "0x4680"
 """
 DRA_NODE_CARDS = ("card0", "card1", "card2", "card3", "card4")
+DRA_NODE_DEVICES = (
+    "0000-10-00-0-0x56a0",
+    "0000-11-00-0-0x56a0",
+    "0000-12-00-0-0x56a5",
+    "0000-13-00-0-0xe20b",
+    "0000-14-00-0-0x4680",
+)
+"""The same cards by their DRA device names (PCI address, device ID): the simulator gives a fresh
+node's functions buses 0x10, 0x11, … in card order."""
 
 # The DRA features the project's drivers use, each on by default in Kubernetes 1.37
 # (k8s.io/kubernetes@v1.37.2 pkg/features/kube_features.go): DynamicResourceAllocation GA,
@@ -372,8 +384,34 @@ def device_health(pod: Mapping[str, Any]) -> dict[str, JSON]:
     return health
 
 
+_CARD = re.compile(r"^card[0-9]+$")
+
+
+def card_of(node_layout: NodeLayout, device: str) -> str:
+    """The DRM card (``cardN``) of a GPU DRA device name (``0000-03-00-0-0x56c0``, the PCI address with
+    dashes and the device ID); a card name is itself. Raises ``LookupError`` naming the device."""
+    if _CARD.match(device):
+        return device
+    domain, bus, slot, function = device.split("-")[:4]
+    address = f"{domain}:{bus}:{slot}.{function}"
+    drm = node_layout.sys_dir / "class" / "drm"
+    for entry in sorted(drm.iterdir()):
+        if _CARD.match(entry.name) and (entry / "device").resolve().name == address:
+            return entry.name
+    raise LookupError(f"no DRM card in {drm} is GPU device {device} (PCI {address})")
+
+
+def device_of(node_layout: NodeLayout, card: str) -> str:
+    """The GPU DRA device name of DRM card ``card``: its PCI address with dashes, then its device ID."""
+    device_dir = (node_layout.sys_dir / "class" / "drm" / card / "device").resolve()
+    pci_id = (device_dir / "device").read_text().strip()
+    return f"{device_dir.name.replace(':', '-').replace('.', '-')}-{pci_id}"
+
+
 def drm_nodes(node_layout: NodeLayout, card: str) -> set[str]:
-    """The DRM device nodes of ``card`` (``cardN``, ``renderD<M>``): what the node's sysfs lists
-    for the card and its /dev/dri holds (sysfs also lists minors no node exists for, ``controlD*``)."""
+    """The DRM device nodes of ``card`` (``cardN``, ``renderD<M>``, or its DRA device name): what the
+    node's sysfs lists for the card and its /dev/dri holds (sysfs also lists minors no node exists
+    for, ``controlD*``)."""
+    card = card_of(node_layout, card)
     listed = (node_layout.sys_dir / "class" / "drm" / card / "device" / "drm").iterdir()
     return {p.name for p in listed if (node_layout.dev_dir / "dri" / p.name).exists()}

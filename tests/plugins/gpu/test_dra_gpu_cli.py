@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from intel_device_plugins.dra.model import TaintKeys
 from intel_device_plugins.plugins.gpu.discovery import ByPath
 from intel_device_plugins.plugins.gpu.dracli import build_parser, build_profile, main
 
@@ -21,6 +22,22 @@ def test_gpu_flags_reach_the_profile() -> None:
     assert profile.options.by_path is ByPath.NONE
     assert profile.options.deny_ids == frozenset({"0x56c0"})
     assert profile.driver_name == "gpu.intel.com"
+
+
+def test_taint_effects_default_to_intels_and_can_be_changed() -> None:
+    default = build_profile(build_parser().parse_args(["-node-name=n"]))
+    changed = build_profile(
+        build_parser().parse_args(["-critical-taint-effect=NoSchedule", "-warning-taint-effect=None"])
+    )
+
+    assert (default.health_taints.keys, default.health_taints.critical, default.health_taints.warning) == (
+        TaintKeys.CATEGORIES,
+        "NoExecute",
+        "NoSchedule",
+    )
+    assert (changed.health_taints.critical, changed.health_taints.warning) == ("NoSchedule", "None")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["-critical-taint-effect=Evict"])
 
 
 def test_allow_and_deny_lists_together_are_refused() -> None:

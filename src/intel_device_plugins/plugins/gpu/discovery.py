@@ -52,6 +52,7 @@ MONITORING_ID = "all"
 CARD_NAME = re.compile(r"^card[0-9]+$")
 CONTROL_NODE = re.compile(r"^controlD[0-9]+$")
 TILE_DIR = re.compile(r"^tile[0-9]+$")
+MEI_NAME = re.compile(r"^mei[0-9]+$")
 MAX_MEMORY_BYTES = 1 << 50
 """A local memory size above 1 PiB is garbage, not a GPU."""
 
@@ -115,6 +116,11 @@ class GpuCard:
     """VFs enabled on a PF; only scans ``with_partitioned_pfs`` return such a card."""
     pf_dir: str = ""
     """A VF's physical function (its ``sysfs_dir``)."""
+    vfs_possible: bool = False
+    """A PF that can have VFs for a driver to use: ``sriov_totalvfs`` above zero and VF autoprobing
+    not switched off (``sriov_drivers_autoprobe`` is not 0)."""
+    mei_nodes: tuple[DeviceNode, ...] = ()
+    """The card's MEI device nodes (``/dev/meiN``) that exist, for firmware and monitoring tools."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,7 @@ class _NodeView:
     dev_dir: str
     by_path_dir: str
     dri_entries: frozenset[str]
+    dev_entries: frozenset[str]
     by_path_entries: tuple[str, ...] | None
     sys_devices: str
 
@@ -143,13 +150,15 @@ def _node_view(prefix: str) -> _NodeView:
     dri_dir = str(prefixed(prefix, "/dev/dri"))
     by_path_dir = os.path.join(dri_dir, "by-path")
     by_path = list_dir(by_path_dir)
+    dev_dir = str(prefixed(prefix, "/dev"))
     return _NodeView(
         prefix=prefix,
         drm_dir=str(prefixed(prefix, "/sys/class/drm")),
         dri_dir=dri_dir,
-        dev_dir=str(prefixed(prefix, "/dev")),
+        dev_dir=dev_dir,
         by_path_dir=by_path_dir,
         dri_entries=frozenset(list_dir(dri_dir) or ()),
+        dev_entries=frozenset(e for e in list_dir(dev_dir) or () if MEI_NAME.match(e)),
         by_path_entries=tuple(by_path) if by_path is not None else None,
         sys_devices=devices_root(prefix or "/"),
     )
@@ -204,11 +213,15 @@ def _link_target(path: str) -> str:
 
 
 def _mei_names(pci_dir: str) -> tuple[str, ...]:
+    """The card's MEI interfaces (``mei1``…): under ``mei/`` of its PCI function or of the function's
+    auxiliary MEI device (``i915.mei-gscfi.768/mei/mei1``, ``xe.mei-gscfi.…``), sorted."""
     names: list[str] = []
     for entry in list_dir(pci_dir) or ():
-        if ".mei-" in entry:
+        if entry == "mei":
+            names.extend(list_dir(os.path.join(pci_dir, entry)) or ())
+        elif ".mei-" in entry:
             names.extend(list_dir(os.path.join(pci_dir, entry, "mei")) or ())
-    return tuple(names)
+    return tuple(sorted(name for name in set(names) if MEI_NAME.match(name)))
 
 
 @dataclass(frozen=True)
@@ -262,6 +275,12 @@ def read_card_facts(device_dir: str, pci_dir: str, sys_devices: str) -> CardFact
         sriov_capable=_sriov_capable(device_dir),
         pf_dir=_physical_function(device_dir),
     )
+
+
+def vf_autoprobe(device_dir: str) -> bool:
+    """Whether VFs of this PF get a driver as they appear: ``sriov_drivers_autoprobe`` is not 0 (the
+    kernel's default, and what an absent file means)."""
+    return read_first_line(os.path.join(device_dir, "sriov_drivers_autoprobe")) != "0"
 
 
 def _physical_function(device_dir: str) -> str:
@@ -444,10 +463,11 @@ def _inspect_card(
         numa_nodes=facts.numa,
         cdi=CdiDevice(kind=CDI_KIND, name=name, nodes=nodes, mounts=mounts) if nodes else None,
     )
+    mei_paths = (os.path.join(view.dev_dir, mei_name) for mei_name in facts.mei_names)
+    mei_nodes = tuple(DeviceNode(path, path, "rw") for path in mei_paths)
     monitoring: tuple[DeviceNode, ...] = ()
     if options.enable_monitoring:
-        mei = (os.path.join(view.dev_dir, mei_name) for mei_name in facts.mei_names)
-        monitoring = nodes + tuple(DeviceNode(path, path, "rw") for path in mei)
+        monitoring = nodes + mei_nodes
     return GpuCard(
         name=name,
         driver=driver,
@@ -460,6 +480,8 @@ def _inspect_card(
         memory_bytes=memory,
         enabled_vfs=vfs,
         pf_dir=facts.pf_dir,
+        vfs_possible=facts.sriov_capable and not facts.is_vf and vf_autoprobe(device_dir),
+        mei_nodes=tuple(node for node in mei_nodes if os.path.basename(node.host_path) in view.dev_entries),
     )
 
 

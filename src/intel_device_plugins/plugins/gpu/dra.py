@@ -1,49 +1,76 @@
 """The GPU DRA driver (``gpu.intel.com``): the GPU plugin's own card scan as DRA devices.
 
-Each usable card (``card<N>``, the same cards the device plugin advertises) is one device that
-several claims may share: it has ``allowMultipleAllocations`` and two capacities the scheduler adds
-up over the claims on it, ``memory`` (bytes of local memory, only when sysfs tells it) and
-``millicores`` (1000 per card). A request that names no capacity, which is what every
-extended-resource request (``gpu.intel.com/i915: 1``) becomes, takes the whole card: ``memory``
-defaults to all of it, or, on a card without local memory, ``millicores`` does. A claim naming
-``memory`` shares the card; ``millicores`` then defaults to 0, so memory alone decides how many
-claims fit, and a claim may still reserve compute by naming ``millicores`` too.
+It is a drop-in for Intel's own GPU DRA driver: the same device names, attributes and taints, so claims,
+tolerations and tooling written for that driver work unchanged.
 
-Health is the device plugin's: a card whose device nodes are gone is Unhealthy, with the reason,
-and the framework taints it.
+Each usable card (the cards the device plugin advertises) is one device, named after its PCI function
+and device ID (``0000-03-00-0-0x56c0``), so the name survives reboots and DRM renumbering. Earlier
+releases named it ``card<N>``; a claim allocated under that name is still prepared (the DRM name is
+the device's former name), and what the checkpoint recorded under it is answered and unprepared as
+recorded. Several
+claims may share it: it has ``allowMultipleAllocations`` and two capacities the scheduler adds up over
+the claims on it, ``memory`` (bytes of local memory; 0 when sysfs does not tell it) and ``millicores``
+(1000 per card). A request that names no capacity, which is what every extended-resource request
+(``gpu.intel.com/i915: 1``) becomes, takes the whole card: ``memory`` defaults to all of it and, on a
+card without known memory, ``millicores`` does. A claim naming ``memory`` shares the card;
+``millicores`` then defaults to 0, so memory alone decides how many claims fit, and a claim may still
+reserve compute by naming ``millicores`` too.
+
+Every device carries every attribute (``"Unknown"``, ``""``, ``0``, ``-1`` or ``false`` where there
+is nothing to tell), because a selector naming an attribute one candidate lacks aborts the whole
+allocation.
+
+Health is the device plugin's: a card whose device nodes are gone is Unhealthy, with the reason. Some
+nodes gone is a warning, tainted ``HealthIssues-DeviceNodesMissing`` ``NoSchedule``; all of them gone
+is critical, ``HealthIssues-DeviceAbsent`` ``NoExecute``, which evicts the pods using the card
+(both effects configurable). An admin-access allocation (monitoring) also gets the card's MEI device nodes.
 
 SR-IOV: a PF with VFs enabled is published beside its VFs as overlapping partitions of one card. Its
 counter set ``<pf>-functions`` holds one ``functions`` counter per enabled VF; each VF draws one and
 the PF draws all of them, so the scheduler hands out either the whole card or VFs, never both. The
 partitions are not shared by capacity (the scheduler would count a shared partition's draw once per
 claim); their capacities only describe them.
+
+Monitoring: the scheduler checks a device's counters for admin-access requests too, so a monitoring
+claim (``allocationMode: All``, admin access) can neither take a PF and its VFs together nor a PF
+while one of its VFs is in use. Each PF with VFs enabled is therefore published once more, as
+``<pf>-monitor`` of ``type`` ``monitor``: the same card, drawing no counters, tainted
+``gpu.intel.com/monitoring-only`` (NoSchedule) so only claims tolerating that get it, and refused
+to any allocation without admin access. The monitoring claim selects the cards that are no
+partition and these monitor devices, so it is allocatable on every node whatever runs there.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+import os
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from intel_device_plugins.deviceplugin.model import CdiDevice
+from intel_device_plugins.deviceplugin.model import CdiDevice, Health
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.deviceplugin.topology import devices_root
 from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import (
+    STANDARD_PCIE_ROOT,
     AllocatedDevice,
     AttributeValue,
     Capacity,
     CounterConsumption,
     CounterSet,
     Device,
+    HealthIssue,
+    HealthTaints,
     Inventory,
     RequestPolicy,
+    Severity,
+    Taint,
+    TaintKeys,
 )
-from intel_device_plugins.dra.placement import numa_attributes, pci_attributes_of_path
-from intel_device_plugins.dra.profile import default_claim_edits
+from intel_device_plugins.dra.placement import NUMA_NODE, PCI_ADDRESS, numa_attributes, pci_attributes_of_path
+from intel_device_plugins.dra.profile import ClaimPreparationError, default_claim_edits
 from intel_device_plugins.plugins.gpu.discovery import (
     KNOWN_DRIVERS,
     NAMESPACE,
@@ -51,8 +78,10 @@ from intel_device_plugins.plugins.gpu.discovery import (
     CardScan,
     GpuCard,
     GpuOptions,
+    SriovRole,
     scan_cards,
 )
+from intel_device_plugins.plugins.gpu.models import model_of
 from intel_device_plugins.sysfs import prefixed
 
 log = logging.getLogger(__name__)
@@ -63,21 +92,41 @@ MILLICORES_PER_CARD = 1000
 ADMIN_ACCESS_NAMESPACE_LABEL = "resource.kubernetes.io/admin-access"
 """The namespace label without which the API server refuses admin-access claims."""
 
-MODELS: Mapping[str, tuple[str, str]] = MappingProxyType(
-    {
-        "0x56a0": ("Arc", "A770"),
-        "0x56a1": ("Arc", "A750"),
-        "0x56a5": ("Arc", "A380"),
-        "0x56c0": ("Flex", "Flex 170"),
-        "0x56c1": ("Flex", "Flex 140"),
-        "0x0bd5": ("Max", "Max 1550"),
-        "0x0bda": ("Max", "Max 1100"),
-        "0xe20b": ("Arc", "B580"),
-        "0xe20c": ("Arc", "B570"),
-    }
-)
-"""PCI device ID → (family, model) for the discrete cards whose names are certain; others get
-neither attribute rather than a guess (``pciId`` is always there to select on)."""
+GPU_TYPE = "gpu"
+VF_TYPE = "vf"
+MONITOR_TYPE = "monitor"
+"""The ``type`` attribute: a card or PF, an SR-IOV virtual function, or a PF's monitoring view."""
+MONITOR_SUFFIX = "-monitor"
+MONITORING_ONLY_TAINT = f"{NAMESPACE}/monitoring-only"
+"""Keeps a PF's monitoring view away from every claim that does not tolerate it."""
+SRIOV_ROLE = "sriovRole"
+"""``pf``/``vf``/``none``: the card's place in SR-IOV (``sriov`` is Intel's bool: VFs possible)."""
+PARTITION_OF = "partitionOf"
+"""The PF's device name on a PF with VFs enabled and on its VFs; ``""`` on every other card."""
+NO_NUMA_NODE = -1
+"""``numaNode`` of a card without one NUMA node (sysfs's own ``-1``)."""
+DEVICE_NODES_MISSING = "DeviceNodesMissing"
+"""A warning: some of the card's device nodes are gone (a container still gets the others)."""
+DEVICE_ABSENT = "DeviceAbsent"
+"""Critical: none of the card's device nodes is left, so no container can use it."""
+DEFAULT_HEALTH_TAINTS = HealthTaints(keys=TaintKeys.CATEGORIES, critical="NoExecute", warning="NoSchedule")
+"""Intel's scheme: ``HealthIssues-<categories>``, no value; critical issues evict."""
+
+
+def device_name(card: GpuCard) -> str:
+    """``0000-03-00-0-0x56c0``: the PCI address with ``:`` and ``.`` as ``-``, then the PCI device ID.
+
+    Stable across reboots and DRM renumbering. A card whose directory is not a PCI function keeps its
+    DRM name, and one whose device ID cannot be read goes by its address alone.
+    """
+    address = os.path.basename(card.sysfs_dir)
+    if not PCI_ADDRESS.match(address):
+        return card.name
+    base = address.replace(":", "-").replace(".", "-")
+    if not card.device_id:
+        return base
+    pci_id = card.device_id.lower()
+    return f"{base}-{pci_id if pci_id.startswith('0x') else '0x' + pci_id}"
 
 
 def card_attributes(card: GpuCard, sys_devices: str) -> dict[str, AttributeValue]:
@@ -85,38 +134,78 @@ def card_attributes(card: GpuCard, sys_devices: str) -> dict[str, AttributeValue
 
     ``sys_devices`` is the resolved ``/sys/devices`` the card's PCI placement is read against.
     """
-    attributes: dict[str, AttributeValue] = {"driver": card.driver, "sriov": card.sriov.value}
-    if card.device_id:
-        attributes["pciId"] = card.device_id
-        known = MODELS.get(card.device_id)
-        if known is not None:
-            attributes["family"], attributes["model"] = known
+    model = model_of(card.device_id)
+    placement = pci_attributes_of_path(card.sysfs_dir, sys_devices)
+    pcie_root = str(placement.get(STANDARD_PCIE_ROOT, ""))
+    attributes: dict[str, AttributeValue] = {
+        "model": model.model,
+        "family": model.family,
+        "driver": card.driver,
+        "sriov": card.vfs_possible,
+        "type": VF_TYPE if card.sriov is SriovRole.VF else GPU_TYPE,
+        SRIOV_ROLE: card.sriov.value,
+        "pciId": card.device_id or "",
+        "pciAddress": os.path.basename(card.sysfs_dir) if placement else "",
+        "health": "Healthy" if card.info.health is Health.HEALTHY else "Unhealthy",
+        "pciRoot": pcie_root.partition(":")[2],
+        PARTITION_OF: "",
+        NUMA_NODE: NO_NUMA_NODE,
+    }
     attributes.update(numa_attributes(card.info.numa_nodes))
-    attributes.update(pci_attributes_of_path(card.sysfs_dir, sys_devices))
+    attributes.update(placement)
     return attributes
 
 
 def card_capacity(card: GpuCard) -> dict[str, Capacity]:
-    """``memory`` (when known) and ``millicores``; a request naming neither takes the whole card."""
+    """``memory`` (0 when unknown) and ``millicores``; a request naming neither takes the whole card."""
     whole = str(MILLICORES_PER_CARD)
-    if card.memory_bytes is None:
-        return {"millicores": Capacity(whole, RequestPolicy(default=whole))}
-    memory = str(card.memory_bytes)
+    memory = str(card.memory_bytes or 0)
     return {
         "memory": Capacity(memory, RequestPolicy(default=memory)),
-        "millicores": Capacity(whole, RequestPolicy(default="0")),
+        "millicores": Capacity(whole, RequestPolicy(default="0" if card.memory_bytes else whole)),
     }
+
+
+def card_health_issues(card: GpuCard) -> tuple[HealthIssue, ...]:
+    if card.info.health is Health.HEALTHY:
+        return ()
+    if not card.info.nodes:
+        return (HealthIssue(DEVICE_ABSENT, Severity.CRITICAL, card.health_message),)
+    return (HealthIssue(DEVICE_NODES_MISSING, Severity.WARNING, card.health_message),)
+
+
+def admin_edits(card: GpuCard) -> CdiDevice | None:
+    """The card's CDI edits plus its MEI device nodes, for admin access; ``None`` without MEI nodes."""
+    cdi = card.info.cdi
+    if cdi is None or not card.mei_nodes:
+        return None
+    return replace(cdi, nodes=(*cdi.nodes, *card.mei_nodes))
 
 
 def card_device(card: GpuCard, sys_devices: str) -> Device:
     return Device(
-        name=card.name,
+        name=device_name(card),
         attributes=card_attributes(card, sys_devices),
         capacity=card_capacity(card),
         cdi=card.info.cdi,
         health=card.info.health,
         health_message=card.health_message,
         allow_multiple_allocations=True,
+        health_issues=card_health_issues(card),
+        admin_cdi=admin_edits(card),
+        former_name=card.name,
+    )
+
+
+def monitor_device(pf: Device) -> Device:
+    """A PF's monitoring view: the PF as published, drawing no counters, for admin access only."""
+    return replace(
+        pf,
+        name=f"{pf.name}{MONITOR_SUFFIX}",
+        attributes={**pf.attributes, "type": MONITOR_TYPE},
+        consumes_counters=(),
+        taints=(*pf.taints, Taint(MONITORING_ONLY_TAINT, "NoSchedule")),
+        former_name="",
     )
 
 
@@ -124,7 +213,7 @@ FUNCTIONS_COUNTER = "functions"
 
 
 def functions_counter_set(pf: GpuCard) -> str:
-    return f"{pf.name}-functions"
+    return f"{device_name(pf)}-functions"
 
 
 def partition_device(card: GpuCard, sys_devices: str, counter_set: str, draw: int, pf_name: str) -> Device:
@@ -132,17 +221,19 @@ def partition_device(card: GpuCard, sys_devices: str, counter_set: str, draw: in
     whole = card_device(card, sys_devices)
     return replace(
         whole,
-        attributes={**whole.attributes, "partitionOf": pf_name},
+        attributes={**whole.attributes, PARTITION_OF: pf_name},
         capacity={name: Capacity(capacity.value) for name, capacity in whole.capacity.items()},
         allow_multiple_allocations=False,
         consumes_counters=(CounterConsumption(counter_set, {FUNCTIONS_COUNTER: str(draw)}),),
     )
 
 
-def inventory_of(scan: CardScan | str, sys_devices: str) -> Inventory:
+def inventory_of(
+    scan: CardScan | str, sys_devices: str, health_taints: HealthTaints = DEFAULT_HEALTH_TAINTS
+) -> Inventory:
     """A card scan as the driver's inventory; an unreadable DRM class directory means no devices."""
     if isinstance(scan, str):
-        return Inventory(problems=(f"{scan}; no GPUs published",))
+        return Inventory(problems=(f"{scan}; no GPUs published",), health_taints=health_taints)
     partitioned = {card.sysfs_dir: card for card in scan.cards if card.enabled_vfs > 0}
     devices: list[Device] = []
     for card in scan.cards:
@@ -151,12 +242,17 @@ def inventory_of(scan: CardScan | str, sys_devices: str) -> Inventory:
             devices.append(card_device(card, sys_devices))
         else:
             draw = pf.enabled_vfs if pf is card else 1
-            devices.append(partition_device(card, sys_devices, functions_counter_set(pf), draw, pf.name))
+            partition = partition_device(card, sys_devices, functions_counter_set(pf), draw, device_name(pf))
+            devices.append(partition)
+            if pf is card:
+                devices.append(monitor_device(partition))
     counter_sets = tuple(
         CounterSet(functions_counter_set(pf), {FUNCTIONS_COUNTER: str(pf.enabled_vfs)})
         for pf in partitioned.values()
     )
-    return Inventory(devices=tuple(devices), counter_sets=counter_sets, problems=scan.problems)
+    return Inventory(
+        devices=tuple(devices), counter_sets=counter_sets, problems=scan.problems, health_taints=health_taints
+    )
 
 
 @dataclass
@@ -164,11 +260,13 @@ class GpuDriverProfile:
     """:class:`~intel_device_plugins.dra.profile.DriverProfile` for Intel GPUs.
 
     ``options`` are the device plugin's (ID allow/deny lists, by-path mounts); sharing and
-    monitoring are claims' business in DRA, so their options are not used here.
+    monitoring are claims' business in DRA, so their options are not used here. ``health_taints``
+    says how unhealthy cards are tainted.
     """
 
     prefix: str = ""
     options: GpuOptions = field(default_factory=GpuOptions)
+    health_taints: HealthTaints = DEFAULT_HEALTH_TAINTS
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
     cards: CardFactsCache = field(default_factory=CardFactsCache)
 
@@ -178,7 +276,7 @@ class GpuDriverProfile:
 
     def scan(self) -> Inventory:
         scan = scan_cards(self.prefix, self.options, self.cards, with_memory=True, with_partitioned_pfs=True)
-        inventory = inventory_of(scan, devices_root(self.prefix or "/"))
+        inventory = inventory_of(scan, devices_root(self.prefix or "/"), self.health_taints)
         self.problems.report(inventory.problems)
         return inventory
 
@@ -192,6 +290,12 @@ class GpuDriverProfile:
     def claim_edits(
         self, claim_uid: str, allocated: Sequence[tuple[AllocatedDevice, Device]]
     ) -> Sequence[CdiDevice]:
+        for result, device in allocated:
+            if device.attributes.get("type") == MONITOR_TYPE and not result.admin_access:
+                raise ClaimPreparationError(
+                    f"device {result.device} of driver {DRIVER_NAME} is a PF's monitoring view, "
+                    "only for admin access (tolerating the taint is not enough)"
+                )
         return default_claim_edits(DRIVER_NAME, claim_uid, allocated)
 
 
@@ -216,13 +320,27 @@ GPU_DEVICE_CLASSES = (
 (:func:`monitoring_claim_template`)."""
 
 
+MONITORING_SELECTOR = (
+    f'device.attributes["{DRIVER_NAME}"].{PARTITION_OF} == "" || '
+    f'device.attributes["{DRIVER_NAME}"].type == "{MONITOR_TYPE}"'
+)
+"""What the monitoring claim takes: every card that is no SR-IOV partition, and each PF's monitoring
+view (see :func:`monitoring_claim_template`)."""
+
+
 def monitoring_claim_template(
     namespace: str, name: str = "gpu-monitoring", device_class_name: str = DRIVER_NAME
 ) -> dict[str, Any]:
     """A ResourceClaimTemplate giving a monitoring pod admin access to every card of its node.
 
     Admin access sees cards already allocated to others without consuming them; the API server
-    accepts it only in a namespace labelled ``resource.kubernetes.io/admin-access: "true"``.
+    accepts it only in a namespace labelled ``resource.kubernetes.io/admin-access: "true"``. It selects
+    :data:`MONITORING_SELECTOR`: no device it takes draws SR-IOV counters, which the scheduler checks
+    for admin access too, so it is allocatable whatever runs on the node (a monitor reaches the VFs
+    through their PF). It tolerates every taint: a monitor watches sick cards and the PFs'
+    monitoring views alike. It asks for no memory and no millicores: the scheduler checks a shared
+    card's capacity for admin access too, and a request naming none would default to the whole card,
+    which does not fit beside a claim already sharing it.
     """
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -236,8 +354,11 @@ def monitoring_claim_template(
                             "name": "gpus",
                             "exactly": {
                                 "deviceClassName": device_class_name,
+                                "selectors": [{"cel": {"expression": MONITORING_SELECTOR}}],
                                 "allocationMode": "All",
                                 "adminAccess": True,
+                                "tolerations": [{"operator": "Exists"}],
+                                "capacity": {"requests": {"memory": "0", "millicores": "0"}},
                             },
                         }
                     ]
