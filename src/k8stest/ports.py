@@ -113,6 +113,8 @@ def _ensure_lock_dir(path: Path) -> None:
         pass
     if not stat.S_ISDIR(os.lstat(path).st_mode):
         raise RuntimeError(f"{path}: port lock directory is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RuntimeError(f"{path}: port lock directory is not writable by us; set {LOCK_DIR_ENV}")
 
 
 def port_is_bindable(port: int) -> bool:

@@ -93,6 +93,15 @@ def test_the_default_lock_dir_is_shared_and_sticky(monkeypatch: pytest.MonkeyPat
         assert reservation.port not in EPHEMERAL
 
 
+def test_a_lock_path_that_is_no_directory_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    for name in ("file", "link"):
+        with pytest.raises(RuntimeError, match=f"{name}: port lock directory is not a directory"):
+            reserve_port(lock_dir=tmp_path / name)
+
+
 def test_a_held_reservation_is_not_handed_out_again_until_released(lock_dir: Path) -> None:
     (port,) = free_pool(1)
     first = reserve_port(pool=(port,), lock_dir=lock_dir)
