@@ -15,7 +15,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import socket
 import ssl
 import statistics
 import subprocess
@@ -31,13 +30,7 @@ from intel_device_plugins.kube.certs import issue
 from intel_device_plugins.kube.selfcerts import write_pair
 from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from k8stest.ports import reserve_port
 
 
 def peak_rss_kib(pid: int) -> int:
@@ -134,12 +127,12 @@ def main() -> int:
             "apiVersion": "v1",
             "kind": "Config",
             "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
+            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{reserve_port().port}"}}],
             "users": [{"name": "u", "user": {"token": "t"}}],
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
         }
         (root / "kubeconfig").write_text(json.dumps(kube))
-        wport, hport = free_port(), free_port()
+        wport, hport = reserve_port().port, reserve_port().port  # held until the script exits
         exe = Path(sys.executable).with_name("intel_deviceplugin_operator")
         log = (root / "operator.log").open("w")
         env = {**os.environ, "KUBECONFIG": str(root / "kubeconfig"), "DEVICEPLUGIN_NAMESPACE": "bench"}

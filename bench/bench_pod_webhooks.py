@@ -27,7 +27,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -43,13 +42,7 @@ import aiohttp
 
 from intel_device_plugins.kube.certs import issue
 from intel_device_plugins.kube.selfcerts import write_pair
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from k8stest.ports import reserve_port
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:
@@ -124,7 +117,7 @@ def dead_kubeconfig(root: Path) -> Path:
         "apiVersion": "v1",
         "kind": "Config",
         "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{reserve_port().port}"}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }
@@ -238,7 +231,7 @@ def direct(rate: float, seconds: float, workers: int) -> None:
                     [json.dumps(review(fpga_pod(i, i % 2 == 1), i)).encode() for i in range(10)],
                 ),
             ):
-                port, health = free_port(), free_port()
+                port, health = reserve_port().port, reserve_port().port  # held until the script exits
                 proc = start_process(
                     root,
                     script,
@@ -301,7 +294,7 @@ def idle() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         root = Path(tmp)
         with certificate(root) as ca:
-            port, health = free_port(), free_port()
+            port, health = reserve_port().port, reserve_port().port  # held until the script exits
             proc = start_process(
                 root,
                 "intel_deviceplugin_operator",

@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_pod_webhooks import certificate, dead_kubeconfig, free_port, rss_mib, wait_http, wait_tls
+from bench_pod_webhooks import certificate, dead_kubeconfig, rss_mib, wait_http, wait_tls
+
+from k8stest.ports import reserve_port
 
 SERVER, HOSTILE, API_SERVER, KUBELET = "127.0.0.1", "127.0.0.2", "127.0.0.10", "127.0.0.20"
 IDLE_TLS, KEEPALIVE_TLS, IDLE_HEALTH = 250, 250, 300
@@ -181,7 +183,7 @@ def siege(seconds: float, src: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-siege-") as tmp:
         root = Path(tmp)
         with certificate(root) as ca:
-            port, health = free_port(), free_port()
+            port, health = reserve_port().port, reserve_port().port  # held until the script exits
             env = {**os.environ, "KUBECONFIG": str(dead_kubeconfig(root)), "DEVICEPLUGIN_NAMESPACE": "bench"}
             if src is not None:
                 env["PYTHONPATH"] = str(src)

@@ -2,8 +2,9 @@
 
 Why real binaries: the operator, webhooks and DaemonSets must behave on genuine API semantics
 (RBAC, admission, defaulting, the DaemonSet controller, the scheduler's extended-resource fit),
-which no mock reproduces. Everything listens on 127.0.0.1 with free ports and lives in one
-temporary directory, so several control planes can coexist and nothing survives ``stop()``.
+which no mock reproduces. Everything listens on 127.0.0.1 on ports reserved from :mod:`k8stest.ports`
+and lives in one temporary directory, so several control planes can coexist and nothing survives
+``stop()``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 from k8stest.binaries import Binaries
 from k8stest.kubeclient import ApiError, Credentials, KubeClient, wait_for
 from k8stest.pki import Pki, make_pki
-from k8stest.process import ManagedProcess, free_port, port_is_listening
+from k8stest.ports import ReservedPort, release_all, reserve_ports
+from k8stest.process import ManagedProcess, port_is_listening
 
 # An address nobody is contacted on: with --endpoint-reconciler-type=none the apiserver writes no
 # Endpoints for it, but it needs a non-loopback advertise address to start without a default route.
@@ -77,6 +79,8 @@ class ControlPlane:
     admin_kubeconfig: Path
     processes: list[ManagedProcess] = field(default_factory=list)
     started_in: float = 0.0
+    # The reservations behind ``ports``, held until stop() (an API server restart keeps its port).
+    reserved_ports: list[ReservedPort] = field(default_factory=list)
 
     @property
     def server(self) -> str:
@@ -170,12 +174,14 @@ class ControlPlane:
             p.check_alive()
 
     def stop(self) -> None:
-        """Stop in reverse start order and wait until no port of ours is still listening."""
+        """Stop in reverse start order, wait until no port of ours is still listening, give the ports
+        back."""
         for p in reversed(self.processes):
             p.stop()
         deadline = time.monotonic() + 10
         while any(port_is_listening(port) for port in self.ports.all()) and time.monotonic() < deadline:
             time.sleep(0.1)
+        release_all(self.reserved_ports)
 
 
 def _write_kubeconfig(workdir: Path, name: str, creds: Credentials, namespace: str | None = None) -> Path:
@@ -231,28 +237,32 @@ def start_control_plane(
     workdir.mkdir(parents=True, exist_ok=True)
     logs = workdir / "logs"
     pki = make_pki(workdir / "pki", hosts=("127.0.0.1", "localhost", KUBERNETES_SERVICE_IP))
-    ports = Ports(free_port(), free_port(), free_port(), free_port(), free_port())
     tokens = _write_tokens(workdir / "tokens.csv")
-    server = f"https://127.0.0.1:{ports.apiserver}"
-    admin = Credentials(server=server, ca_pem=pki.ca_pem, token=tokens["admin"], user="admin")
-
-    cp = ControlPlane(
-        workdir=workdir,
-        binaries=bins,
-        pki=pki,
-        ports=ports,
-        admin=admin,
-        admin_kubeconfig=_write_kubeconfig(workdir, "admin", admin),
-    )
-    kcm_kubeconfig = cp.write_kubeconfig(
-        "kube-controller-manager",
-        Credentials(server, pki.ca_pem, tokens["kcm"], "system:kube-controller-manager"),
-    )
-    scheduler_kubeconfig = cp.write_kubeconfig(
-        "kube-scheduler", Credentials(server, pki.ca_pem, tokens["scheduler"], "system:kube-scheduler")
-    )
-
+    reserved = reserve_ports(5)
     try:
+        ports = Ports(*(r.port for r in reserved))
+        server = f"https://127.0.0.1:{ports.apiserver}"
+        admin = Credentials(server=server, ca_pem=pki.ca_pem, token=tokens["admin"], user="admin")
+        cp = ControlPlane(
+            workdir=workdir,
+            binaries=bins,
+            pki=pki,
+            ports=ports,
+            admin=admin,
+            admin_kubeconfig=_write_kubeconfig(workdir, "admin", admin),
+            reserved_ports=reserved,
+        )
+    except BaseException:
+        release_all(reserved)
+        raise
+    try:
+        kcm_kubeconfig = cp.write_kubeconfig(
+            "kube-controller-manager",
+            Credentials(server, pki.ca_pem, tokens["kcm"], "system:kube-controller-manager"),
+        )
+        scheduler_kubeconfig = cp.write_kubeconfig(
+            "kube-scheduler", Credentials(server, pki.ca_pem, tokens["scheduler"], "system:kube-scheduler")
+        )
         etcd_url = f"http://127.0.0.1:{ports.etcd_client}"
         peer_url = f"http://127.0.0.1:{ports.etcd_peer}"
         cp.processes.append(

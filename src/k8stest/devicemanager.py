@@ -180,7 +180,11 @@ class DeviceManagerHarness:
                 return False
             return True
 
-        wait_for("device-manager harness control API", healthy, timeout=timeout, interval=0.1)
+        try:
+            wait_for("device-manager harness control API", healthy, timeout=timeout, interval=0.1)
+        except BaseException:
+            self.stop()  # a start that fails leaves nothing running
+            raise
 
     def stop(self) -> None:
         if self.process is not None:

@@ -7,7 +7,8 @@ Shared by ``tests/operator/test_operator_cluster.py`` and ``bench/bench_operator
 2. The Deployment is scaled to 0. Its pod would be scheduled onto a kwok node, which only pretends to run
    containers, so the operator runs here as a local process instead: the Deployment's own arguments and
    environment, with the ServiceAccount's token (TokenRequest) as its only credentials, so the shipped RBAC
-   is all it has. Only the listening ports and the certificate directory differ (free loopback ports).
+   is all it has. Only the listening ports (reserved loopback ports, :mod:`k8stest.ports`) and the certificate
+   directory differ.
 3. The webhook Service becomes ``type: ExternalName`` with ``externalName: localhost`` and the webhook
    configurations' service port becomes the local operator's webhook port. The API server then calls the
    operator over TLS as in a cluster: by Service reference, checking the certificate against the Service's
@@ -21,6 +22,7 @@ import http.client
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import yaml
@@ -29,7 +31,8 @@ from intel_device_plugins.kube.leader import LEASE_NAME
 from k8stest.binaries import repo_root
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import JSON, wait_for
-from k8stest.process import ManagedProcess, free_port
+from k8stest.ports import release_all, reserve_ports
+from k8stest.process import ManagedProcess
 
 NS = "inteldeviceplugins-system"
 PREFIX = "intel-deviceplugins-"
@@ -76,15 +79,17 @@ class Kubectl:
 
 
 class OperatorProcess:
-    """``intel_deviceplugin_operator`` started the way the shipped Deployment starts it."""
+    """``intel_deviceplugin_operator`` started the way the shipped Deployment starts it.
+
+    It owns its process and its three ports: :meth:`retire` stops the one and releases the others.
+    """
 
     def __init__(
         self, name: str, args: list[str], env: dict[str, str], kubeconfig: Path, workdir: Path
     ) -> None:
         self.name = name
-        self.health_port = free_port()
-        self.metrics_port = free_port()
-        self.webhook_port = free_port()
+        self.reserved_ports = reserve_ports(3)
+        self.health_port, self.metrics_port, self.webhook_port = (r.port for r in self.reserved_ports)
         self.cert_dir = workdir / f"{name}-certs"
         argv = []
         for arg in args:
@@ -99,11 +104,22 @@ class OperatorProcess:
         keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         self.env = {**keep, **env, "POD_NAME": name, "KUBECONFIG": str(kubeconfig)}
         self.log_path = workdir / f"{name}.log"
-        self.proc = ManagedProcess(name, self.argv, self.log_path, env=self.env)
+        try:
+            self.proc = ManagedProcess(name, self.argv, self.log_path, env=self.env)
+        except BaseException:
+            release_all(self.reserved_ports)
+            raise
 
     def restart(self) -> None:
-        """Start again with the same ports, as the kubelet restarts a container that exited."""
+        """Start again with the same ports, as the kubelet restarts a container that exited (the old
+        process is stopped first if it still runs)."""
+        self.proc.stop()
         self.proc = ManagedProcess(self.name, self.argv, self.log_path, env=self.env)
+
+    def retire(self) -> None:
+        """Stop for good: the process, then its ports back to the pool."""
+        self.proc.stop()
+        release_all(self.reserved_ports)
 
     def ready(self) -> bool:
         self.proc.check_alive()
@@ -153,6 +169,31 @@ class Installed:
             raise AssertionError(f"{exc}; its log ends:\n{op.log()[-4000:]}") from None
         return op
 
+    def running(self) -> list[OperatorProcess]:
+        return [op for op in self.operators if op.proc.alive()]
+
+    def restore_one_leader(self, timeout: float = 60.0) -> OperatorProcess:
+        """Back to the state every test starts from: exactly one replica running, leading, and receiving
+        the webhook calls. The Lease holder is kept if it runs (else the first running replica); every
+        other replica is retired; with none left running, a new one is started.
+
+        Why: a test that fails half-way leaves the replicas it started, or none; the next test would
+        then fail on that state instead of on its own defect.
+        """
+        running = self.running()
+        holder = self.leader()
+        keep = next((op for op in running if op.name == holder), running[0] if running else None)
+        for op in running:
+            if op is not keep:
+                op.retire()
+        if keep is None:
+            keep = self.start_operator(f"operator-{uuid.uuid4().hex[:6]}")
+        if self.webhook_port != keep.webhook_port:
+            self.route_webhooks_to(keep)
+        survivor = keep
+        wait_for(f"{survivor.name} to lead", lambda: self.leader() == survivor.name, timeout=timeout)
+        return survivor
+
     def route_webhooks_to(self, op: OperatorProcess) -> None:
         """Point both webhook configurations' Service port at ``op``'s webhook server."""
         c = self.cp.client()
@@ -175,9 +216,9 @@ class Installed:
 
     def stop(self) -> dict[str, str]:
         """Stop every operator process and remove the install; returns each process's log."""
-        logs = {op.name: op.log() for op in self.operators}
         for op in self.operators:
-            op.proc.stop()
+            op.retire()
+        logs = {op.name: op.log() for op in self.operators}
         # Custom resources and their DaemonSets go with the CRDs; nothing of the install is left behind.
         self.kubectl("delete", "-k", str(overlay_dir()), "--ignore-not-found", "--wait=false", check=False)
         return logs

@@ -3,6 +3,12 @@
 Why process groups: the device-manager harness re-executes itself in a mount namespace and some
 binaries spawn helpers; signalling the whole group is what guarantees that no process outlives a
 test session.
+
+Ownership: whoever starts a process stops it, whatever happens in between. A ``ManagedProcess`` is a
+context manager for that (``with ManagedProcess(...) as p:``); owners that hold several (a control
+plane, a node, an operator install) stop them in their own ``stop()``, called from a ``finally`` or
+a yield fixture's teardown, and stop what they already started when their start fails half-way.
+Ports for these processes come from :mod:`k8stest.ports`.
 """
 
 from __future__ import annotations
@@ -15,14 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from types import TracebackType
 
 
 def port_is_listening(port: int) -> bool:
@@ -50,6 +49,14 @@ class ManagedProcess:
                 start_new_session=True,
                 env=env,
             )
+
+    def __enter__(self) -> ManagedProcess:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
 
     @property
     def pid(self) -> int:

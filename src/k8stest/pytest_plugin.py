@@ -119,8 +119,8 @@ def device_manager(
     """The kubelet's real device manager serving ``device_plugin_dir``."""
     _require_root()
     h = DeviceManagerHarness(k8s_binaries, tmp_path / "harness", device_plugin_dir)
-    h.start()
     try:
+        h.start()
         yield h
     finally:
         h.stop()
@@ -144,8 +144,8 @@ def node_device_manager(
         kubeconfig=k8s_control_plane.admin_kubeconfig,
         node_name=node,
     )
-    h.start()
     try:
+        h.start()
         yield h
     finally:
         h.stop()

@@ -17,11 +17,13 @@ from k8stest.fakeplugin import FakeDevicePlugin, devices
 from k8stest.gomod import required_version
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 from k8stest.kwok import wait_daemonset_ready
+from k8stest.ports import EPHEMERAL_RANGE_FILE, parse_port_range
 from k8stest.process import group_alive, port_is_listening
 
 pytestmark = pytest.mark.k8s
 
 GPU = "gpu.intel.com/i915"
+EPHEMERAL = parse_port_range(EPHEMERAL_RANGE_FILE.read_text(), str(EPHEMERAL_RANGE_FILE))
 
 
 def _go_mod_k8s_version() -> str:
@@ -202,16 +204,21 @@ def test_kwok_node_shows_harness_capacity_and_gpu_pod_is_scheduled(
 
 def test_teardown_leaves_no_process_or_port(k8s_binaries: Binaries, tmp_path: Path) -> None:
     cp = start_control_plane(k8s_binaries, tmp_path / "cp")
-    pgids = [os.getpgid(p.pid) for p in cp.processes]
-    ports = cp.ports.all()
-    assert [p.name for p in cp.processes] == [
-        "etcd",
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "kwok",
-    ]
-    assert port_is_listening(cp.ports.apiserver)
-    cp.stop()
+    try:
+        pgids = [os.getpgid(p.pid) for p in cp.processes]
+        ports = cp.ports.all()
+        assert [p.name for p in cp.processes] == [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+        ]
+        assert port_is_listening(cp.ports.apiserver)
+        assert all(r.held for r in cp.reserved_ports)
+    finally:
+        cp.stop()
     assert not [pg for pg in pgids if group_alive(pg)]
     assert not [port for port in ports if port_is_listening(port)]
+    assert not [r.port for r in cp.reserved_ports if r.held], "ports not given back"
+    assert all(port < EPHEMERAL.start or port >= EPHEMERAL.stop for port in ports)

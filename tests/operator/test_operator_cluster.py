@@ -96,6 +96,15 @@ def during_restart(line: str, restarts: list[tuple[dt.datetime, dt.datetime]]) -
     return any(start <= stamp <= end + dt.timedelta(seconds=15) for start, end in restarts)
 
 
+@pytest.fixture(autouse=True)
+def one_leader(installed: Installed) -> Iterator[None]:
+    """Whatever a test did to the replicas, passing or failing half-way, the next one starts with exactly
+    one running, leading and serving the webhooks: replicas a test started and left are stopped here (a
+    fixture's teardown runs whatever the test's outcome)."""
+    yield
+    installed.restore_one_leader()
+
+
 @pytest.fixture
 def admin(installed: Installed) -> Iterator[KubeClient]:
     c = installed.cp.client()

@@ -14,7 +14,7 @@ import copy
 import functools
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from intel_device_plugins.operator.controller import ControllerConfig, run_contr
 from intel_device_plugins.operator.daemonset import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from intel_device_plugins.operator.images import node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, GROUP, DeviceKind
+from k8stest.ports import reserved_ports
 from tests.builders import merge_patch
 
 NS = "plugins"
@@ -608,16 +609,15 @@ async def test_self_managed_certificates_over_http(cluster: FakeApiServer, tmp_p
     assert cluster.objects[("api/v1", "secrets", NS, "cert")]["metadata"]["resourceVersion"] == version
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+@pytest.fixture
+def two_ports() -> Iterator[list[int]]:
+    with reserved_ports(2) as ports:
+        yield ports
 
 
-async def test_whole_operator_without_cert_manager(cluster: FakeApiServer, tmp_path: Path) -> None:
+async def test_whole_operator_without_cert_manager(
+    cluster: FakeApiServer, tmp_path: Path, two_ports: list[int]
+) -> None:
     """The CLI with --leader-elect and self-managed certificates: issue, inject, serve, reconcile, release."""
     import base64
     import ssl
@@ -658,7 +658,7 @@ async def test_whole_operator_without_cert_manager(cluster: FakeApiServer, tmp_p
         },
         "ADDED",
     )
-    webhook_port, health_port = _free_port(), _free_port()
+    webhook_port, health_port = two_ports
     p = cli.parser()
     opts = p.parse_args(
         [

@@ -45,7 +45,8 @@ from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
 from k8stest.kubeletapi import podresources_v1_pb2 as pr_pb
 from k8stest.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 from k8stest.kwok import create_kwok_nodes, delete_kwok_nodes
-from k8stest.process import ManagedProcess, free_port, port_is_listening
+from k8stest.ports import release_all, reserve_ports
+from k8stest.process import ManagedProcess, port_is_listening
 from tests.rmd.test_rmd_model import CORE_IDS_REFUSED
 
 pytestmark = pytest.mark.k8s
@@ -100,7 +101,11 @@ class Rmd:
         self.proc = ManagedProcess(
             f"rmd-{self.node}", argv, self.logs / f"rmd-{self.node}.log", env=dict(os.environ)
         )
-        wait_for(f"RMD for {self.node}", lambda: port_is_listening(self.port), timeout=15)
+        try:
+            wait_for(f"RMD for {self.node}", lambda: port_is_listening(self.port), timeout=15)
+        except BaseException:
+            self.stop()  # the owner never gets this object when the constructor's start fails
+            raise
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -181,8 +186,9 @@ def _secret_data(setup: Setup, name: str) -> dict[str, bytes]:
     return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
 
-def _rmd_pods(setup: Setup, client_dir: Path, ports: dict[str, int]) -> dict[str, Rmd]:
-    """One simulated RMD per node, run as the operator's ``rmd`` DaemonSet describes its container."""
+def _rmd_pods(setup: Setup, client_dir: Path, ports: dict[str, int], rmds: dict[str, Rmd]) -> None:
+    """One simulated RMD per node, run as the operator's ``rmd`` DaemonSet describes its container; each
+    goes into ``rmds`` as soon as it runs, so that the caller stops those started before a failure."""
 
     def daemonset() -> JSON | None:
         try:
@@ -197,12 +203,10 @@ def _rmd_pods(setup: Setup, client_dir: Path, ports: dict[str, int]) -> dict[str
         ("secret", RMD_SERVER_SECRET): _secret_data(setup, RMD_SERVER_SECRET),
         ("secret", RMD_CLIENT_SECRET): _secret_data(setup, RMD_CLIENT_SECRET),
     }
-    rmds = {}
     for node, port in ports.items():
         root = setup.workdir / f"rmd-{node}"
         arguments = lay_out_container(pod, "rmd", sources, root)
         rmds[node] = Rmd(node, root, arguments, client_dir, setup.workdir, port)
-    return rmds
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +221,8 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
     client_dir = _install_secrets(probe)
     nodes = create_kwok_nodes(admin, 2, prefix="rmd-node-", labels={NFD_RDT_LABEL: "true"})
     nodes += create_kwok_nodes(admin, 1, prefix="plain-node-")
-    ports = {n: free_port() for n in nodes[:2]}
+    reserved = reserve_ports(2)
+    ports = {n: r.port for n, r in zip(nodes[:2], reserved, strict=True)}
     sa_kubeconfig = cp.service_account_kubeconfig(NS, "intel-rmd-operator")
     argv = [
         sys.executable,
@@ -244,16 +249,18 @@ def setup(k8s_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFact
         "POD_NAME": "intel-rmd-operator-test",
     }
     operator = ManagedProcess("intel-rmd-operator", argv, workdir / "operator.log", env=env)
-    _config(probe)
-    rmds = _rmd_pods(probe, client_dir, ports)
+    rmds: dict[str, Rmd] = {}
     s = Setup(cp, admin, nodes, rmds, operator, workdir)
     try:
+        _config(probe)
+        _rmd_pods(probe, client_dir, ports, rmds)
         yield s
     finally:
         operator.stop()
         log = (workdir / "operator.log").read_text()
         for rmd in rmds.values():
             rmd.stop()
+        release_all(reserved)
         for ns in s.namespaces:
             s.kubectl("delete", "rmdworkloads", "--all", "-n", ns, "--wait=false", check=False)
             for w in s.admin.get(f"{API}/namespaces/{ns}/rmdworkloads").get("items", []):

@@ -20,7 +20,8 @@ from intel_device_plugins.webhooks import cli
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, wait_for
 from k8stest.operatorinstall import Kubectl
-from k8stest.process import ManagedProcess, free_port
+from k8stest.ports import release_all, reserve_ports, reserved_ports
+from k8stest.process import ManagedProcess
 from tests.webhooks.podfixtures import AF_NLB0, af, pod, review, with_resources
 from tests.webhooks.tls import serving_cert
 
@@ -65,20 +66,21 @@ def test_flags_follow_upstream_and_go_style() -> None:
 
 def test_sgx_webhook_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     _, client_ctx = serving_cert(tmp_path)
-    port, health = free_port(), free_port()
-    proc = ManagedProcess(
-        "sgx-webhook",
-        [
-            script("intel_sgx_admissionwebhook"),
-            f"--webhook-cert-dir={tmp_path}",
-            f"-webhook-port={port}",
-            f"--health-probe-bind-address=127.0.0.1:{health}",
-            "-v=1",
-        ],
-        tmp_path / "sgx.log",
-        env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME")},
-    )
-    try:
+    with (
+        reserved_ports(2) as (port, health),
+        ManagedProcess(
+            "sgx-webhook",
+            [
+                script("intel_sgx_admissionwebhook"),
+                f"--webhook-cert-dir={tmp_path}",
+                f"-webhook-port={port}",
+                f"--health-probe-bind-address=127.0.0.1:{health}",
+                "-v=1",
+            ],
+            tmp_path / "sgx.log",
+            env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME")},
+        ) as proc,
+    ):
         wait_for("sgx webhook /readyz", lambda: ready(proc, health), timeout=30)
         body = json.dumps(review(pod(with_resources("app", {"sgx.intel.com/epc": "1Mi"}))))
         conn = http.client.HTTPSConnection("localhost", port, context=client_ctx, timeout=5)
@@ -94,8 +96,6 @@ def test_sgx_webhook_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None
         conn.close()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.popen.wait(10) == 0
-    finally:
-        proc.stop()
 
 
 NS = "intelfpgawebhook-system"
@@ -123,35 +123,36 @@ def fpga_standalone(
     kubectl(
         "create", "-n", NS, "service", "externalname", f"{PREFIX}webhook-service", "--external-name=localhost"
     )
-    port, health = free_port(), free_port()
     container = dep["spec"]["template"]["spec"]["containers"][0]
-    argv = [script(container["command"][0]), *container["args"], f"--webhook-port={port}"]
-    argv += [f"--webhook-cert-dir={work / 'certs'}", f"--health-probe-bind-address=127.0.0.1:{health}"]
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME")}
     env |= {"POD_NAMESPACE": NS, "KUBECONFIG": str(cp.service_account_kubeconfig(NS, f"{PREFIX}webhook"))}
-    proc = ManagedProcess("fpga-webhook", argv, work / "fpga.log", env=env)
+    reserved = reserve_ports(2)
+    port, health = (r.port for r in reserved)
+    argv = [script(container["command"][0]), *container["args"], f"--webhook-port={port}"]
+    argv += [f"--webhook-cert-dir={work / 'certs'}", f"--health-probe-bind-address=127.0.0.1:{health}"]
     c = cp.client()
     try:
-        wait_for("fpga webhook /readyz", lambda: ready(proc, health), timeout=60)
-        path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-        path += f"{PREFIX}mutating-webhook-configuration"
-        c.request(
-            "PATCH",
-            path,
-            [{"op": "add", "path": "/webhooks/0/clientConfig/service/port", "value": port}],
-            content_type="application/json-patch+json",
-        )
-        wait_for(
-            "CA bundle injected",
-            lambda: bool(c.get(path)["webhooks"][0]["clientConfig"].get("caBundle")),
-            timeout=30,
-        )
-        yield port
+        with ManagedProcess("fpga-webhook", argv, work / "fpga.log", env=env) as proc:
+            wait_for("fpga webhook /readyz", lambda: ready(proc, health), timeout=60)
+            path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+            path += f"{PREFIX}mutating-webhook-configuration"
+            c.request(
+                "PATCH",
+                path,
+                [{"op": "add", "path": "/webhooks/0/clientConfig/service/port", "value": port}],
+                content_type="application/json-patch+json",
+            )
+            wait_for(
+                "CA bundle injected",
+                lambda: bool(c.get(path)["webhooks"][0]["clientConfig"].get("caBundle")),
+                timeout=30,
+            )
+            yield port
         log = (work / "fpga.log").read_text()
         assert "Traceback" not in log and "forbidden" not in log.lower(), log[-3000:]
     finally:
         c.close()
-        proc.stop()
+        release_all(reserved)
         # Wait: later modules install the same CRDs and must not meet them terminating.
         kubectl(
             "delete", "-k", str(overlay), "--ignore-not-found", "--timeout=180s", check=False, timeout=200

@@ -45,7 +45,8 @@ from k8stest.node.trees import (
     replace_with_char_device,
 )
 from k8stest.ociimage import PAUSE_IMAGE, busybox_images, localize_archive, localized_index, write_oci_archive
-from k8stest.process import ManagedProcess, free_port
+from k8stest.ports import ReservedPort, release_all, reserve_ports
+from k8stest.process import ManagedProcess
 
 CONTAINERD_NAMESPACE = "k8s.io"
 # The directory holding the k8stest package: the node's own Python processes import from it.
@@ -67,6 +68,8 @@ class RealNode:
     # Whether this node's proxy carries the API server's "cluster" traffic (webhooks, logs, exec): only
     # the first node of a control plane does, so a pod the API server must reach runs there.
     serves_egress: bool = False
+    # The kubelet's port and healthz port, held until stop().
+    reserved_ports: list[ReservedPort] = field(default_factory=list)
 
     @property
     def workdir(self) -> Path:
@@ -190,6 +193,7 @@ class RealNode:
         """Stop the kubelet and containerd, kill every container, remove the cgroups."""
         self.process.stop(timeout=15)
         left = kill_and_remove_cgroups(self.layout.cgroup, self.hierarchies)
+        release_all(self.reserved_ports)
         if left:
             raise RuntimeError(f"node {self.name}: cgroups still busy after stop: {', '.join(left[:5])}")
 
@@ -300,7 +304,8 @@ def start_real_node(
         )
     )
     proxy_config.chmod(0o600)
-    kubelet_port, healthz_port = free_port(), free_port()
+    reserved = reserve_ports(2)
+    kubelet_port, healthz_port = (r.port for r in reserved)
     (workdir / "kubelet.yaml").write_text(
         json.dumps(
             kubelet_configuration(
@@ -414,9 +419,17 @@ def start_real_node(
         )
     except BaseException:
         kill_and_remove_cgroups(layout.cgroup, hierarchies)
+        release_all(reserved)
         raise
     node = RealNode(
-        cfg.name, layout, bins, process, hierarchies, kubelet_port, serves_egress=egress is not None
+        cfg.name,
+        layout,
+        bins,
+        process,
+        hierarchies,
+        kubelet_port,
+        serves_egress=egress is not None,
+        reserved_ports=reserved,
     )
     try:
         ready_file = Path(str(plan["ready_file"]))
