@@ -243,18 +243,20 @@ def peer_source(peername: Any) -> str:
 
 class Slot:
     """One admitted connection: where it comes from, since when it waits for a request (None while one is
-    under way), and how to drop it."""
+    under way), whether it has begun one yet, and how to drop it."""
 
-    __slots__ = ("abort", "idle_since", "released", "source")
+    __slots__ = ("abort", "idle_since", "released", "source", "used")
 
     def __init__(self, source: str, abort: Callable[[], None], now: float) -> None:
         self.source = source
         self.abort = abort
         self.idle_since: float | None = now
         self.released = False
+        self.used = False
 
     def busy(self) -> None:
         self.idle_since = None
+        self.used = True
 
     def idle(self) -> None:
         if self.idle_since is None:
@@ -264,19 +266,36 @@ class Slot:
 def choose_victim(holdings: Mapping[str, Sequence[Slot]], newcomer: str) -> Slot | None:
     """Which connection makes room for a new one from ``newcomer`` on a full server, or None to refuse it.
 
-    Max-min fairness: room is taken from the source holding the most connections, and only if it holds more
-    than the newcomer; failing that, the newcomer gives up one of its own. From the chosen source, its
-    connection idle the longest goes first (waiting for a request: idle keep-alive, never sent one, TLS
-    handshake under way); only when it has none, its oldest busy one. The newcomer never sheds its own busy
-    connections: it is refused instead. So a peer holding every slot loses one to each newcomer, and no
-    peer can hold more than an equal share against others who want one.
+    Max-min fairness, and no churn among equals. In this order:
+
+    1. A source holding at least two more connections than the newcomer gives one up (the one holding the
+       most): its connection idle the longest (waiting for a request: idle keep-alive, never sent one, TLS
+       handshake under way), or when it has none, its oldest busy one. So a peer holding every slot loses one
+       to each newcomer, and no peer can hold more than an equal share against others who want one.
+    2. Otherwise the shares are as even as they can be, and taking another source's connection would only
+       swap one share for another: the newcomer gives up its own longest-idle connection,
+    3. or, holding none idle, takes the oldest connection of a source holding more than it that has not begun
+       a request yet (connected and silent, or still in its TLS handshake), which serves nobody so far.
+    4. Failing that it is refused. A connection that has carried a request — the API server's warm
+       keep-alive connection between two reviews — is never taken by a newcomer holding one fewer, however
+       many addresses connect; the newcomer never sheds its own busy connections either.
     """
     mine = len(holdings.get(newcomer, ()))
     largest = max(holdings, key=lambda source: len(holdings[source]), default=None)
-    if largest is not None and len(holdings[largest]) > mine:
+    if largest is not None and len(holdings[largest]) > mine + 1:
         slots = holdings[largest]
         return _longest_idle(slots) or slots[0]
-    return _longest_idle(holdings.get(newcomer, ()))
+    own = _longest_idle(holdings.get(newcomer, ()))
+    if own is not None:
+        return own
+    silent = [
+        slot
+        for source, slots in holdings.items()
+        if source != newcomer and len(slots) > mine
+        for slot in slots
+        if not slot.used
+    ]
+    return min(silent, key=lambda slot: slot.idle_since or 0.0, default=None)
 
 
 def _longest_idle(slots: Sequence[Slot]) -> Slot | None:
