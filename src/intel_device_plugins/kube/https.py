@@ -16,6 +16,7 @@ nesting, NaN) with 400 instead of an exception.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
@@ -32,8 +33,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from intel_device_plugins.kube.dirwatch import DirectoryChanges
 from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.kube.metricsauth import Authorizer, bearer_token
+from intel_device_plugins.kube.tlschain import load_pem_chain
 
 TLS_CIPHERS: Final = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
 CERT_FILE: Final = "tls.crt"
@@ -62,38 +65,61 @@ def make_ssl_context() -> ssl.SSLContext:
 
 @dataclasses.dataclass
 class ServingCert:
-    """Keeps an SSLContext loaded with the newest certificate found in ``cert_dir``."""
+    """Keeps an SSLContext loaded with the newest certificate found in ``cert_dir``.
+
+    A change is a change of the files' contents, not of their timestamps: a kubelet swap or a rename may
+    bring files as old as the ones they replace. The pair is loaded from the bytes compared, so what is
+    served is always what was read.
+    """
 
     cert_dir: Path
     context: ssl.SSLContext = dataclasses.field(default_factory=make_ssl_context)
-    _stamp: tuple[float, float] | None = None
+    _pair: tuple[bytes, bytes] | None = None
+    _pending: bool = False  # files there but not loadable (half a rotation): look again soon
 
     @property
     def loaded(self) -> bool:
-        return self._stamp is not None
+        return self._pair is not None
 
     def reload_if_changed(self) -> bool:
         """Load the pair if it changed since the last load; False when missing or unchanged."""
-        cert, key = self.cert_dir / CERT_FILE, self.cert_dir / KEY_FILE
         try:
-            stamp = (cert.stat().st_mtime, key.stat().st_mtime)
-        except FileNotFoundError:
+            pair = ((self.cert_dir / CERT_FILE).read_bytes(), (self.cert_dir / KEY_FILE).read_bytes())
+        except OSError:
+            self._pending = False
             return False
-        if stamp == self._stamp:
+        if pair == self._pair:
+            self._pending = False
             return False
         try:
-            self.context.load_cert_chain(cert, key)
-        except (ssl.SSLError, OSError) as exc:  # half-written during a rotation: try again next time
-            log.warning("cannot load serving certificate from %s: %s", self.cert_dir, exc)
+            load_pem_chain(self.context, *pair)
+        except (ssl.SSLError, OSError) as exc:  # half-written during a rotation: try again soon
+            if not self._pending:
+                log.warning("cannot load serving certificate from %s: %s", self.cert_dir, exc)
+            self._pending = True
             return False
-        self._stamp = stamp
+        self._pair, self._pending = pair, False
         log.info("loaded serving certificate from %s", self.cert_dir)
         return True
 
-    async def watch(self, interval_s: float = 10.0) -> None:
-        while True:
-            self.reload_if_changed()
-            await asyncio.sleep(interval_s)
+    async def watch(self, backstop_s: float = 60.0, poll_s: float = 1.0, settle_s: float = 0.05) -> None:
+        """Reload on every change of the directory's entries (inotify), and every ``backstop_s`` anyway.
+
+        Every ``poll_s`` instead while the directory is missing, a change could not be loaded yet, or
+        inotify is unavailable. ``settle_s`` lets a burst of renames (a kubelet swap) end first.
+        """
+        changes = DirectoryChanges(self.cert_dir)
+        try:
+            while True:
+                changes.changed.clear()
+                watching = changes.watch()
+                self.reload_if_changed()
+                wait_s = backstop_s if watching and not self._pending else poll_s
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changes.changed.wait(), wait_s)
+                await asyncio.sleep(settle_s)
+        finally:
+            changes.close()
 
 
 class BadJSON(ValueError):
