@@ -2,8 +2,9 @@
 
 Every replica serves admission, leader or not, so the webhooks stay available during fail-over; that is why
 this server runs on its own, apart from the controllers.
-The serving certificate is loaded into one SSLContext and reloaded in place when the files change, which is
-how both cert-manager rotations and the self-managed mode reach new TLS handshakes without a restart.
+The serving certificate is loaded into one SSLContext and reloaded in place as soon as the files change (an
+inotify watch on their directory, a slow periodic check as a backstop), which is how both cert-manager
+rotations and the self-managed mode reach new TLS handshakes without a restart.
 
 ``start`` is the one way this project serves HTTP(S) — the operator's three ports and the standalone pod
 webhooks alike — and it enforces ``ServerLimits`` on every connection: a cap on open connections, a
