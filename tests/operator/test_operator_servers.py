@@ -39,6 +39,7 @@ from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.webhooks.cli import pod_webhooks
 from tests.webhooks.podfixtures import pod, with_resources
 from tests.webhooks.podfixtures import review as pod_review
+from tests.webhooks.tls import kubelet_volume
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -392,27 +393,6 @@ async def test_a_known_good_secret_is_not_checked_again(
     assert 1.0 <= certs.next_check_s(dt.datetime.now(dt.UTC)) <= 300.0
     await certs.ensure(dt.datetime.now(dt.UTC) + dt.timedelta(days=300))  # due: checked, and renewed
     assert calls[len(first) :] == ["check", "issue"]
-
-
-def kubelet_volume(directory: Path, bundle: CertBundle, generation: str) -> None:
-    """Write ``bundle`` the way the kubelet updates a Secret volume: a new timestamped directory, a
-    ``..data_tmp`` symlink to it renamed over ``..data``, ``tls.crt``/``tls.key`` symlinks through ``..data``,
-    and the previous directory removed."""
-    directory.mkdir(exist_ok=True)
-    fresh = directory / f"..{generation}"
-    fresh.mkdir()
-    (fresh / "tls.crt").write_bytes(bundle.tls_cert)
-    (fresh / "tls.key").write_bytes(bundle.tls_key)
-    previous = (directory / "..data").readlink() if (directory / "..data").is_symlink() else None
-    (directory / "..data_tmp").symlink_to(fresh.name)
-    (directory / "..data_tmp").rename(directory / "..data")
-    for name in ("tls.crt", "tls.key"):
-        if not (directory / name).is_symlink():
-            (directory / name).symlink_to(f"..data/{name}")
-    if previous is not None:
-        for child in (directory / previous).iterdir():
-            child.unlink()
-        (directory / previous).rmdir()
 
 
 def served_by(port: int, bundle: CertBundle) -> bool:
