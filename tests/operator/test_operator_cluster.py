@@ -628,6 +628,72 @@ def test_a_deleted_certificate_secret_is_recreated_by_a_restarted_replica(
     assert "forbidden" not in leader.log().lower()
 
 
+def serves_certificate_of(port: int, ca_pem: bytes) -> bool:
+    """Whether the webhook server on ``port`` completes a handshake trusting only ``ca_pem``, as the API
+    server does with the CA bundle it was given."""
+    trusting = ssl.create_default_context(cadata=ca_pem.decode())
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            trusting.wrap_socket(raw, server_hostname=f"{SERVICE}.{NS}.svc"),
+        ):
+            return True
+    except ssl.SSLError:
+        return False
+
+
+def test_a_running_replica_serves_a_recreated_certificate_within_seconds(
+    installed: Installed, admin: KubeClient, crs: Callable[..., JSON]
+) -> None:
+    """Two replicas; the Secret is deleted and the leader restarted, as in the test above. The replica that
+    kept running serves the certificate of the re-created Secret (whoever re-created it) within a few
+    seconds, and CR writes routed to it pass both webhooks; it used to keep the old certificate, which the
+    re-injected CA no longer trusts, until its own check up to five minutes later."""
+    import base64
+
+    secret_path = f"/api/v1/namespaces/{NS}/secrets/{SECRET}"
+    leader = next(op for op in installed.operators if op.proc.alive() and installed.leader() == op.name)
+    running = installed.start_operator(unique("operator-rotation"))
+    old_ca = base64.b64decode(admin.get(secret_path)["data"]["ca.crt"])
+    assert serves_certificate_of(running.webhook_port, old_ca)
+    try:
+        leader.proc.stop()
+        admin.delete(secret_path)
+        leader.restart()
+        data = eventually("the Secret to be re-created", lambda: get_or_none(admin, secret_path), timeout=60)[
+            "data"
+        ]
+        recreated_at = time.monotonic()
+        ca_pem = base64.b64decode(data["ca.crt"])
+        assert ca_pem != old_ca
+        eventually(
+            f"{running.name} to serve the re-created certificate",
+            lambda: serves_certificate_of(running.webhook_port, ca_pem),
+            timeout=10,
+        )
+        waited = time.monotonic() - recreated_at
+        print(f"the running replica served the re-created certificate after {waited:.1f} s")
+        assert not serves_certificate_of(running.webhook_port, old_ca)
+        wait_for(f"{leader.name} /readyz after the restart", leader.ready, timeout=60)
+        eventually(
+            f"{leader.name} to serve the re-created certificate",
+            lambda: serves_certificate_of(leader.webhook_port, ca_pem),
+            timeout=10,
+        )
+        installed.route_webhooks_to(running)
+        name = unique("rotated")
+        created = crs(DeviceKind.NPU, name, {"nodeSelector": {TEST_LABEL: name}})  # through both webhooks
+        assert created["spec"]["image"]
+    finally:
+        running.proc.stop()
+        if not leader.proc.alive():
+            leader.restart()
+        wait_for(f"{leader.name} /readyz", leader.ready, timeout=60)
+        eventually(f"{leader.name} to lead again", lambda: installed.leader() == leader.name, timeout=30)
+        installed.route_webhooks_to(leader)
+    assert "forbidden" not in running.log().lower()
+
+
 def service_account_may(admin: KubeClient, name: str, attrs: dict[str, Any]) -> bool:
     """Whether ServiceAccount ``name`` of NS may do ``attrs``: the API server's SubjectAccessReview."""
     review = {

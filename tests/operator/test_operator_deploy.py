@@ -112,7 +112,7 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
     else:
         # by name, but create (which RBAC cannot limit to a name): the Secret is re-created when deleted
         assert all(r.get("resourceNames") or r["verbs"] == ["create"] for r in secrets), secrets
-        assert sorted(v for r in secrets for v in r["verbs"]) == ["create", "get", "update"]
+        assert sorted(v for r in secrets for v in r["verbs"]) == ["create", "get", "list", "update", "watch"]
         cluster_wide = [r for d in by_kind(docs, "ClusterRole") for r in d["rules"]]
         assert not any("secrets" in r.get("resources", []) for r in cluster_wide)
     crs = next(r for r in cluster if "gpudeviceplugins" in r.get("resources", []))

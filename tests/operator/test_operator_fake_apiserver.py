@@ -14,6 +14,7 @@ import copy
 import functools
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,8 @@ class FakeApiServer:
                 body = await request.json()
                 meta = body.setdefault("metadata", {})
                 meta.setdefault("name", meta.get("generateName", "x") + str(next(self.uids)))
+                if (prefix, plural, ns, meta["name"]) in self.objects:
+                    return self.error(409, "AlreadyExists", f"{plural} {meta['name']!r} already exists")
                 return web.json_response(
                     self.put((prefix, plural, ns, meta["name"]), body, "ADDED"), status=201
                 )
@@ -607,6 +610,64 @@ async def test_self_managed_certificates_over_http(cluster: FakeApiServer, tmp_p
     version = secret["metadata"]["resourceVersion"]
     assert await certs.ensure() == bundle
     assert cluster.objects[("api/v1", "secrets", NS, "cert")]["metadata"]["resourceVersion"] == version
+
+
+async def test_a_running_replica_serves_a_recreated_secret_within_seconds(
+    cluster: FakeApiServer, tmp_path: Path
+) -> None:
+    """Two replicas keep the certificate; the Secret is deleted and a restarted replica re-creates it with a
+    new CA and injects that. The replica that kept running follows the Secret, so its files (which its
+    server reloads on change) hold the new certificate within seconds, not at its next periodic check."""
+    from lightkube import AsyncClient
+
+    from intel_device_plugins.kube.certs import CertBundle, service_dns_names
+    from intel_device_plugins.kube.selfcerts import SelfManagedCerts, SelfManagedConfig
+
+    secret_key = ("api/v1", "secrets", NS, "cert")
+    cluster.put(
+        secret_key,
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cert", "namespace": NS}},
+        "ADDED",
+    )
+    cluster.put(
+        ("api/v1", "secrets", NS, "unrelated"),
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "unrelated", "namespace": NS}},
+        "ADDED",
+    )
+    dns = service_dns_names("svc", NS)
+
+    def replica(name: str) -> SelfManagedCerts:
+        return SelfManagedCerts(AsyncClient(), SelfManagedConfig(NS, "cert", dns, (), tmp_path / name))
+
+    def stored() -> CertBundle | None:
+        obj = cluster.objects.get(secret_key)
+        return CertBundle.from_secret_data(obj.get("data")) if obj else None
+
+    def files_of(name: str) -> bytes:
+        path = tmp_path / name / "tls.crt"
+        return path.read_bytes() if path.exists() else b""
+
+    running = asyncio.create_task(replica("running").run())
+    try:
+        for _ in range(300):
+            first = stored()
+            if first is not None and files_of("running") == first.tls_cert:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the running replica never stored a certificate")
+        await asyncio.sleep(0.5)  # settled: its next periodic check is minutes away
+        cluster.delete(secret_key)
+        restarted = await replica("restarted").ensure()  # or the running one re-created it first
+        assert restarted.ca_cert != first.ca_cert
+        began = time.monotonic()
+        while files_of("running") != restarted.tls_cert:
+            assert time.monotonic() - began < 5, "the running replica still serves the old certificate"
+            await asyncio.sleep(0.05)
+        assert stored() == restarted
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.webhooks.cli import pod_webhooks
 from tests.webhooks.podfixtures import pod, with_resources
 from tests.webhooks.podfixtures import review as pod_review
+from tests.webhooks.tls import kubelet_volume
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -392,3 +393,63 @@ async def test_a_known_good_secret_is_not_checked_again(
     assert 1.0 <= certs.next_check_s(dt.datetime.now(dt.UTC)) <= 300.0
     await certs.ensure(dt.datetime.now(dt.UTC) + dt.timedelta(days=300))  # due: checked, and renewed
     assert calls[len(first) :] == ["check", "issue"]
+
+
+def served_by(port: int, bundle: CertBundle) -> bool:
+    """Whether the server on ``port`` completes a TLS handshake trusting only ``bundle``'s CA."""
+    import socket
+
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            client_ctx(bundle).wrap_socket(raw, server_hostname="localhost"),
+        ):
+            return True
+    except ssl.SSLError:
+        return False
+
+
+def test_serving_cert_reloads_a_swapped_volume_even_with_equal_timestamps(tmp_path: Path) -> None:
+    """A rotation whose files carry the previous files' timestamps (two writes within one tick of a coarse
+    clock, or a copy that keeps them) is still a new certificate."""
+    import os
+
+    first, second = issue(None, ("localhost",), NOW), issue(None, ("localhost",), NOW)
+    kubelet_volume(tmp_path, first, "gen1")
+    stamp = (tmp_path / "tls.crt").stat().st_mtime_ns, (tmp_path / "tls.key").stat().st_mtime_ns
+    serving = ServingCert(tmp_path)
+    assert serving.reload_if_changed() and not serving.reload_if_changed()
+    kubelet_volume(tmp_path, second, "gen2")
+    for name, ns in zip(("tls.crt", "tls.key"), stamp, strict=True):
+        os.utime(tmp_path / name, ns=(ns, ns))
+    assert serving.reload_if_changed()
+    assert not serving.reload_if_changed()
+
+
+async def test_serving_cert_watch_reloads_within_a_second_of_a_kubelet_swap(tmp_path: Path) -> None:
+    """cert-manager mode: the mounted Secret is swapped by the kubelet; the watch reloads on the change
+    itself, not at its periodic check (a minute by default)."""
+    first, second = issue(None, ("localhost",), NOW), issue(None, ("localhost",), NOW)
+    kubelet_volume(tmp_path, first, "gen1")
+    serving = ServingCert(tmp_path)
+    assert serving.reload_if_changed()
+    watcher = asyncio.create_task(serving.watch())
+    runner = None
+    try:
+        runner = await start(webhook_app(Metrics(), review_handlers()), "127.0.0.1", 0, serving.context)
+        port = runner.addresses[0][1]
+        assert await asyncio.to_thread(served_by, port, first)
+        await asyncio.sleep(0.3)  # the watch is waiting for a change
+        kubelet_volume(tmp_path, second, "gen2")
+        for _ in range(20):
+            if await asyncio.to_thread(served_by, port, second):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the swapped certificate was not served within a second")
+        assert not await asyncio.to_thread(served_by, port, first)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        if runner is not None:
+            await runner.cleanup()

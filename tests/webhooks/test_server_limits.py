@@ -458,3 +458,92 @@ def test_freed_memory_is_returned_after_a_burst_even_while_a_few_connections_sta
         assert slot is not None
         slots.release(slot)
     assert trims == [4, 0]  # and again when the port's last connection closed
+
+
+def loopback_sources(count: int, first: int = 2) -> list[str]:
+    """``count`` distinct loopback addresses from 127.0.0.<first> on: 127.0.0.2 … 127.0.1.45 for 300."""
+    return [f"127.0.{n // 256}.{n % 256}" for n in range(first, first + count)]
+
+
+async def review_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> bytes:
+    """One review on an open connection, kept alive; the status line of the answer."""
+    writer.write(
+        b"POST /mutate--v1-pod HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    lines = head.split(b"\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in lines if line.lower().startswith(b"content-length"))
+    await asyncio.wait_for(reader.readexactly(length), 5)
+    return head.split(b"\r\n", 1)[0]
+
+
+async def test_a_warm_keepalive_connection_survives_300_other_addresses_filling_the_port(
+    tmp_path: Path,
+) -> None:
+    """The API server's keep-alive connection, idle between reviews, while clients on 300 other addresses
+    each open one and send a review: at the default cap of 256, every source holds at most one, so taking
+    the API server's connection for a newcomer would only swap one equal share for another."""
+    serving, client_ctx = serving_cert(tmp_path)
+    app = webhook_app(Metrics(), {SGX_PATH: sgx_review})
+    server = await start(app, "127.0.0.1", 0, serving.context, ServerLimits())
+    port = server.addresses[0][1]
+    body = json.dumps(review(pod())).encode()
+    others: list[asyncio.StreamWriter] = []
+
+    async def connect(source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ctx, server_hostname="localhost", local_addr=(source, 0)
+        )
+
+    try:
+        api_reader, api_writer = await connect("127.0.0.1")
+        assert await review_on(api_reader, api_writer, body) == b"HTTP/1.1 200 OK"
+        for i, source in enumerate(loopback_sources(300)):
+            try:
+                reader, writer = await connect(source)
+                others.append(writer)
+                await review_on(reader, writer, body)
+            except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+                pass  # a newcomer refused on a full port
+            if i % 25 == 24:  # the API server's next review, on the same connection
+                assert await review_on(api_reader, api_writer, body) == b"HTTP/1.1 200 OK", source
+        assert await review_on(api_reader, api_writer, body) == b"HTTP/1.1 200 OK"
+        assert server.slots.active == ServerLimits().max_connections
+        assert server.slots.held_by("127.0.0.1") == 1
+        api_writer.close()
+    finally:
+        for writer in others:
+            writer.close()
+        await server.cleanup()
+
+
+def test_among_equal_shares_a_newcomer_takes_only_a_connection_that_never_began_a_request() -> None:
+    api = slots_of("10.0.0.1", [9.0])
+    api[0].used = True  # the API server's keep-alive connection, idle after its last review
+    quiet, silent = slots_of("10.0.0.2", [1.0]), slots_of("10.0.0.3", [4.0])
+    quiet[0].used = True
+    holdings = {"10.0.0.1": api, "10.0.0.2": quiet, "10.0.0.3": silent}
+    assert choose_victim(holdings, "10.0.0.7") is silent[0]
+    silent[0].used = True
+    assert choose_victim(holdings, "10.0.0.7") is None  # every share is one, each carried a request
+    # One more than the newcomer is still an equal share: a newcomer holding one takes nothing from two.
+    pair = slots_of("10.0.0.4", [1.0, 2.0])
+    for slot in pair:
+        slot.used = True
+    assert choose_victim({"10.0.0.4": pair, "10.0.0.7": slots_of("10.0.0.7", [None])}, "10.0.0.7") is None
+
+
+async def test_a_newcomer_gets_past_silent_connections_from_as_many_addresses_as_the_cap(
+    served: Served,
+) -> None:
+    sources = loopback_sources(LIMITS.max_connections, first=10)
+    held = [writer for source in sources for writer in await hold(served, 1, source)]
+    assert served.server.slots.active == LIMITS.max_connections
+    try:
+        assert await post_from(served, "127.0.0.2", json.dumps(review(pod())).encode()) == 200
+        assert served.server.slots.shed == 1
+    finally:
+        for w in held:
+            w.close()

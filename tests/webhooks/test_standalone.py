@@ -23,7 +23,7 @@ from k8stest.operatorinstall import Kubectl
 from k8stest.ports import release_all, reserve_ports, reserved_ports
 from k8stest.process import ManagedProcess
 from tests.webhooks.podfixtures import AF_NLB0, af, pod, review, with_resources
-from tests.webhooks.tls import serving_cert
+from tests.webhooks.tls import kubelet_volume, serving_cert
 
 ROOT = Path(__file__).resolve().parents[2]
 CR_PATH = "/validate-deviceplugin-intel-com-v1-gpudeviceplugin"
@@ -184,3 +184,58 @@ def test_standalone_fpga_webhook_maps_through_the_api_server(
     finally:
         c.delete(f"/api/v1/namespaces/{ns}")
         c.close()
+
+
+def test_sgx_webhook_process_serves_a_swapped_mounted_certificate_within_a_second(tmp_path: Path) -> None:
+    """cert-manager mode: the kubelet swaps the mounted Secret's ``..data``; the process serves the new
+    certificate on the change, not at a periodic check, and by its content, whatever the files' times."""
+    import datetime as dt
+    import socket
+    import ssl
+    import time
+
+    from intel_device_plugins.kube.certs import issue
+
+    now = dt.datetime.now(dt.UTC)
+    first, second = issue(None, ("localhost",), now), issue(None, ("localhost",), now)
+    certs = tmp_path / "certs"
+    kubelet_volume(certs, first, "gen1")
+    reserved = reserve_ports(2)
+    port, health = (r.port for r in reserved)
+    proc = ManagedProcess(
+        "sgx-webhook",
+        [
+            script("intel_sgx_admissionwebhook"),
+            f"--webhook-cert-dir={certs}",
+            f"-webhook-port={port}",
+            f"--health-probe-bind-address=127.0.0.1:{health}",
+        ],
+        tmp_path / "sgx.log",
+        env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME")},
+    )
+
+    def trusted_by(ca: bytes) -> bool:
+        ctx = ssl.create_default_context(cadata=ca.decode())
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+                ctx.wrap_socket(raw, server_hostname="localhost"),
+            ):
+                return True
+        except ssl.SSLError:
+            return False
+
+    try:
+        wait_for("sgx webhook /readyz", lambda: ready(proc, health), timeout=30)
+        assert trusted_by(first.ca_bundle())
+        time.sleep(0.5)
+        stamps = [(certs / name).stat().st_mtime_ns for name in ("tls.crt", "tls.key")]
+        kubelet_volume(certs, second, "gen2")
+        swapped = time.monotonic()
+        for name, stamp in zip(("tls.crt", "tls.key"), stamps, strict=True):
+            os.utime(certs / name, ns=(stamp, stamp))  # as old as the files they replace: still new content
+        wait_for("the swapped certificate", lambda: trusted_by(second.ca_cert), timeout=1.0)
+        print(f"served the swapped certificate after {time.monotonic() - swapped:.2f} s")
+    finally:
+        proc.stop()
+        release_all(reserved)

@@ -2,8 +2,9 @@
 
 Every replica serves admission, leader or not, so the webhooks stay available during fail-over; that is why
 this server runs on its own, apart from the controllers.
-The serving certificate is loaded into one SSLContext and reloaded in place when the files change, which is
-how both cert-manager rotations and the self-managed mode reach new TLS handshakes without a restart.
+The serving certificate is loaded into one SSLContext and reloaded in place as soon as the files change (an
+inotify watch on their directory, a slow periodic check as a backstop), which is how both cert-manager
+rotations and the self-managed mode reach new TLS handshakes without a restart.
 
 ``start`` is the one way this project serves HTTP(S) — the operator's three ports and the standalone pod
 webhooks alike — and it enforces ``ServerLimits`` on every connection: a cap on open connections, a
@@ -16,6 +17,7 @@ nesting, NaN) with 400 instead of an exception.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
@@ -32,8 +34,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from intel_device_plugins.kube.dirwatch import DirectoryChanges
 from intel_device_plugins.kube.metrics import Metrics
 from intel_device_plugins.kube.metricsauth import Authorizer, bearer_token
+from intel_device_plugins.kube.tlschain import load_pem_chain
 
 TLS_CIPHERS: Final = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
 CERT_FILE: Final = "tls.crt"
@@ -62,38 +66,61 @@ def make_ssl_context() -> ssl.SSLContext:
 
 @dataclasses.dataclass
 class ServingCert:
-    """Keeps an SSLContext loaded with the newest certificate found in ``cert_dir``."""
+    """Keeps an SSLContext loaded with the newest certificate found in ``cert_dir``.
+
+    A change is a change of the files' contents, not of their timestamps: a kubelet swap or a rename may
+    bring files as old as the ones they replace. The pair is loaded from the bytes compared, so what is
+    served is always what was read.
+    """
 
     cert_dir: Path
     context: ssl.SSLContext = dataclasses.field(default_factory=make_ssl_context)
-    _stamp: tuple[float, float] | None = None
+    _pair: tuple[bytes, bytes] | None = None
+    _pending: bool = False  # files there but not loadable (half a rotation): look again soon
 
     @property
     def loaded(self) -> bool:
-        return self._stamp is not None
+        return self._pair is not None
 
     def reload_if_changed(self) -> bool:
         """Load the pair if it changed since the last load; False when missing or unchanged."""
-        cert, key = self.cert_dir / CERT_FILE, self.cert_dir / KEY_FILE
         try:
-            stamp = (cert.stat().st_mtime, key.stat().st_mtime)
-        except FileNotFoundError:
+            pair = ((self.cert_dir / CERT_FILE).read_bytes(), (self.cert_dir / KEY_FILE).read_bytes())
+        except OSError:
+            self._pending = False
             return False
-        if stamp == self._stamp:
+        if pair == self._pair:
+            self._pending = False
             return False
         try:
-            self.context.load_cert_chain(cert, key)
-        except (ssl.SSLError, OSError) as exc:  # half-written during a rotation: try again next time
-            log.warning("cannot load serving certificate from %s: %s", self.cert_dir, exc)
+            load_pem_chain(self.context, *pair)
+        except (ssl.SSLError, OSError) as exc:  # half-written during a rotation: try again soon
+            if not self._pending:
+                log.warning("cannot load serving certificate from %s: %s", self.cert_dir, exc)
+            self._pending = True
             return False
-        self._stamp = stamp
+        self._pair, self._pending = pair, False
         log.info("loaded serving certificate from %s", self.cert_dir)
         return True
 
-    async def watch(self, interval_s: float = 10.0) -> None:
-        while True:
-            self.reload_if_changed()
-            await asyncio.sleep(interval_s)
+    async def watch(self, backstop_s: float = 60.0, poll_s: float = 1.0, settle_s: float = 0.05) -> None:
+        """Reload on every change of the directory's entries (inotify), and every ``backstop_s`` anyway.
+
+        Every ``poll_s`` instead while the directory is missing, a change could not be loaded yet, or
+        inotify is unavailable. ``settle_s`` lets a burst of renames (a kubelet swap) end first.
+        """
+        changes = DirectoryChanges(self.cert_dir)
+        try:
+            while True:
+                changes.changed.clear()
+                watching = changes.watch()
+                self.reload_if_changed()
+                wait_s = backstop_s if watching and not self._pending else poll_s
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changes.changed.wait(), wait_s)
+                await asyncio.sleep(settle_s)
+        finally:
+            changes.close()
 
 
 class BadJSON(ValueError):
@@ -243,18 +270,20 @@ def peer_source(peername: Any) -> str:
 
 class Slot:
     """One admitted connection: where it comes from, since when it waits for a request (None while one is
-    under way), and how to drop it."""
+    under way), whether it has begun one yet, and how to drop it."""
 
-    __slots__ = ("abort", "idle_since", "released", "source")
+    __slots__ = ("abort", "idle_since", "released", "source", "used")
 
     def __init__(self, source: str, abort: Callable[[], None], now: float) -> None:
         self.source = source
         self.abort = abort
         self.idle_since: float | None = now
         self.released = False
+        self.used = False
 
     def busy(self) -> None:
         self.idle_since = None
+        self.used = True
 
     def idle(self) -> None:
         if self.idle_since is None:
@@ -264,19 +293,36 @@ class Slot:
 def choose_victim(holdings: Mapping[str, Sequence[Slot]], newcomer: str) -> Slot | None:
     """Which connection makes room for a new one from ``newcomer`` on a full server, or None to refuse it.
 
-    Max-min fairness: room is taken from the source holding the most connections, and only if it holds more
-    than the newcomer; failing that, the newcomer gives up one of its own. From the chosen source, its
-    connection idle the longest goes first (waiting for a request: idle keep-alive, never sent one, TLS
-    handshake under way); only when it has none, its oldest busy one. The newcomer never sheds its own busy
-    connections: it is refused instead. So a peer holding every slot loses one to each newcomer, and no
-    peer can hold more than an equal share against others who want one.
+    Max-min fairness, and no churn among equals. In this order:
+
+    1. A source holding at least two more connections than the newcomer gives one up (the one holding the
+       most): its connection idle the longest (waiting for a request: idle keep-alive, never sent one, TLS
+       handshake under way), or when it has none, its oldest busy one. So a peer holding every slot loses one
+       to each newcomer, and no peer can hold more than an equal share against others who want one.
+    2. Otherwise the shares are as even as they can be, and taking another source's connection would only
+       swap one share for another: the newcomer gives up its own longest-idle connection,
+    3. or, holding none idle, takes the oldest connection of a source holding more than it that has not begun
+       a request yet (connected and silent, or still in its TLS handshake), which serves nobody so far.
+    4. Failing that it is refused. A connection that has carried a request — the API server's warm
+       keep-alive connection between two reviews — is never taken by a newcomer holding one fewer, however
+       many addresses connect; the newcomer never sheds its own busy connections either.
     """
     mine = len(holdings.get(newcomer, ()))
     largest = max(holdings, key=lambda source: len(holdings[source]), default=None)
-    if largest is not None and len(holdings[largest]) > mine:
+    if largest is not None and len(holdings[largest]) > mine + 1:
         slots = holdings[largest]
         return _longest_idle(slots) or slots[0]
-    return _longest_idle(holdings.get(newcomer, ()))
+    own = _longest_idle(holdings.get(newcomer, ()))
+    if own is not None:
+        return own
+    silent = [
+        slot
+        for source, slots in holdings.items()
+        if source != newcomer and len(slots) > mine
+        for slot in slots
+        if not slot.used
+    ]
+    return min(silent, key=lambda slot: slot.idle_since or 0.0, default=None)
 
 
 def _longest_idle(slots: Sequence[Slot]) -> Slot | None:

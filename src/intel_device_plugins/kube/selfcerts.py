@@ -12,6 +12,7 @@ only when the Secret has changed or its renewal time has come.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -33,6 +34,7 @@ from lightkube.types import PatchType
 from intel_device_plugins.kube.apierrors import is_status
 from intel_device_plugins.kube.certdata import CertBundle, ca_bundle_patch
 from intel_device_plugins.kube.https import CERT_FILE, KEY_FILE
+from intel_device_plugins.kube.watch import follow
 
 log = logging.getLogger(__name__)
 CHILD_TIMEOUT_S = 60.0
@@ -204,18 +206,63 @@ class SelfManagedCerts:
             return
         log.warning("webhook configuration %s not found", name)
 
+    def _stored_version(self) -> str | None:
+        return self._good[0] if self._good is not None else None
+
+    async def follow_secret(self, changed: asyncio.Event) -> None:
+        """Set ``changed`` whenever the Secret is not the one last found good: replaced, re-created or
+        deleted by another replica or by hand. Our own writes come back with the version we stored."""
+        name = self.cfg.secret
+
+        def on_event(event: str, obj: dict[str, Any]) -> None:
+            meta = obj.get("metadata") or {}
+            if meta.get("name") != name:
+                return
+            if event == "DELETED" or meta.get("resourceVersion") != self._stored_version():
+                changed.set()
+
+        def on_list(objects: Sequence[dict[str, Any]]) -> None:
+            mine = [obj for obj in objects if (obj.get("metadata") or {}).get("name") == name]
+            if not mine:
+                changed.set()  # deleted while the watch was away
+            for obj in mine:
+                on_event("ADDED", obj)
+
+        await follow(
+            self.client,
+            Secret,
+            on_list,
+            on_event,
+            namespace=self.cfg.namespace,
+            fields={"metadata.name": name},
+            shape=lambda obj: {"metadata": obj.get("metadata") or {}},  # the key stays out of the cache
+        )
+
     async def run(self) -> None:
-        """Keep the certificate fresh forever; errors are retried, never fatal."""
+        """Keep the certificate fresh forever; errors are retried, never fatal.
+
+        Looks again as soon as the Secret changes (a watch on it), so every replica writes, and its server
+        reloads, a certificate re-issued by another within seconds; the periodic check stays as a backstop.
+        """
+        changed = asyncio.Event()
+        follower = asyncio.create_task(self.follow_secret(changed))
         delay = 1.0
-        while True:
-            try:
-                await self.ensure()
-                # Look again within minutes even when nothing is due: a re-applied webhook
-                # configuration may have lost its CA bundle.
-                delay = self.next_check_s(dt.datetime.now(dt.UTC))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("certificate maintenance failed: %s", exc)
-                delay = min(max(delay * 2, 2.0), 60.0)
-            await asyncio.sleep(delay)
+        try:
+            while True:
+                changed.clear()
+                try:
+                    await self.ensure()
+                    # Look again within minutes even when nothing is due: a re-applied webhook
+                    # configuration may have lost its CA bundle.
+                    delay = self.next_check_s(dt.datetime.now(dt.UTC))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("certificate maintenance failed: %s", exc)
+                    delay = min(max(delay * 2, 2.0), 60.0)
+                    changed.clear()  # a failed attempt waits out its delay: no retry storm on events
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), delay)
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)

@@ -143,7 +143,7 @@ async def serve_admission(
             if client is None:
                 raise ValueError("--webhook-cert-mode self-managed needs an API client")
             background.append(asyncio.create_task(self_managed_certs(client, opts, namespace).run()))
-        background.append(asyncio.create_task(serving.watch(2.0)))
+        background.append(asyncio.create_task(serving.watch()))
         host, port = parse_bind(opts.health_probe_bind_address)
         if port:
             runners.append(await start(health_app(lambda: started.is_set() and ready()), host, port))
