@@ -68,6 +68,7 @@ def test_one_process_publishes_registers_and_withdraws_every_kind(
         "-cdi-root", str(tmp_path / "cdi"),
         "-kubelet-registrar-directory-path", str(kubelet / "plugins_registry"),
         "-kubelet-plugins-directory-path", str(kubelet / "plugins"),
+        "-healthcheck-port", "-1",  # tests run side by side on one host
         "-scan-interval", "1",
         *(word for kind in DRIVERS for word in ("--driver", kind)),
     ]  # fmt: skip
@@ -121,6 +122,7 @@ def test_a_driver_that_cannot_start_stops_the_others_cleanly(
         "-cdi-root", str(tmp_path / "cdi"),
         "-kubelet-registrar-directory-path", str(kubelet / "plugins_registry"),
         "-kubelet-plugins-directory-path", str(kubelet / "plugins"),
+        "-healthcheck-port", "-1",  # tests run side by side on one host
         "--driver", "dsa", "--driver", "sgx",
     ]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if key not in ("NODE_NAME", "POD_UID")}

@@ -192,6 +192,18 @@ def remove_socket(path: Path) -> None:
         log.warning("cannot remove socket %s: %s", path, error)
 
 
+def _server(handlers: Handlers, calls: Calls) -> Server:
+    """A grpclib server for ``handlers``; built on the running loop (grpclib takes the current loop
+    when constructed)."""
+    return Server(
+        [_Servable(_counted(handlers, calls))],
+        codec=RawCodec(),
+        config=Configuration(
+            http2_connection_window_size=WINDOW_BYTES, http2_stream_window_size=WINDOW_BYTES
+        ),
+    )
+
+
 class UnixServer:
     """One grpclib server on one unix socket; the socket file is this instance's and goes with it."""
 
@@ -204,14 +216,7 @@ class UnixServer:
     async def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         remove_socket(self.path)  # a stale file of this same instance (a restart keeps the pod UID)
-        # Built here, on the running loop (grpclib takes the current loop when constructed).
-        server = Server(
-            [_Servable(_counted(self._handlers, self._calls))],
-            codec=RawCodec(),
-            config=Configuration(
-                http2_connection_window_size=WINDOW_BYTES, http2_stream_window_size=WINDOW_BYTES
-            ),
-        )
+        server = _server(self._handlers, self._calls)
         await server.start(path=os.fspath(self.path))
         self._server = server
 
@@ -219,6 +224,30 @@ class UnixServer:
         """Remove the socket (no new connections find it), let running calls finish for up to
         ``grace`` seconds (new ones are refused), then cancel what is left and close."""
         remove_socket(self.path)
+        if self._server is None:
+            return
+        await self._calls.drained(grace)
+        self._server.close()
+        await self._server.wait_closed()
+        self._server = None
+
+
+class TcpServer:
+    """One grpclib server on a TCP port of every address of the pod (the liveness probe's server)."""
+
+    def __init__(self, port: int, handlers: Handlers, host: str | None = None) -> None:
+        self.port = port
+        self.host = host
+        self._handlers = handlers
+        self._calls = Calls()
+        self._server: Server | None = None
+
+    async def start(self) -> None:
+        server = _server(self._handlers, self._calls)
+        await server.start(host=self.host, port=self.port)
+        self._server = server
+
+    async def stop(self, grace: float) -> None:
         if self._server is None:
             return
         await self._calls.drained(grace)

@@ -211,3 +211,17 @@ def empty(data: bytes) -> None:
     """A request without fields (``InfoRequest``, ``NodeWatchResourcesRequest``): only framing checked."""
     for _ in fields(data, "request"):
         pass
+
+
+def health_check_service(data: bytes) -> str:
+    """The ``service`` of ``grpc.health.v1.HealthCheckRequest`` ("" for the server as a whole)."""
+    service = ""
+    for number, kind, value in fields(data, "health check request"):
+        if number == 1:
+            service = _text(kind, value, "health check request service")
+    return service
+
+
+def health_check_response(status: int) -> bytes:
+    """``grpc.health.v1.HealthCheckResponse`` with its ``ServingStatus`` code."""
+    return _integer(1, status)
