@@ -29,6 +29,7 @@ from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryW
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
+from intel_device_plugins.dra import intelcheckpoint
 from intel_device_plugins.dra.checkpoint import Checkpoint, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.liveness import LivenessServer
@@ -361,6 +362,8 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: RestClient) 
         checkpoint = Checkpoint.for_driver(
             config.plugins_dir, driver, sync_appends=not is_volatile(config.cdi_root)
         )
+        # A node moving from Intel's DRA driver of the same name: its prepared claims become ours.
+        intelcheckpoint.take_over(config.plugins_dir, driver, checkpoint)
         checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
         service = KubeletService(profile, inventory, get_claim, config.node_name, checkpoint, config.cdi_root)
         return DriverParts(
