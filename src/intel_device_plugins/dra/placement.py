@@ -45,7 +45,8 @@ NUMA_NODE = "numaNode"
 """In the driver's domain, as the drivers first published it (selectors written for it keep working)."""
 STANDARD_NUMA_NODE = "resource.kubernetes.io/numaNode"
 """Kubernetes 1.37's standard attribute, for ``matchAttribute`` across drivers (a GPU and a NIC on one
-node); a device without NUMA affinity publishes neither."""
+node); a device without NUMA affinity publishes neither here, and its driver then gives it
+``numaNode: -1`` (:data:`PLACEMENT_DEFAULTS`) so selectors on it never fail."""
 
 
 def numa_attributes(numa_nodes: tuple[int, ...]) -> dict[str, AttributeValue]:
