@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from intel_device_plugins.operator.images import PROJECT_VERSION, node_image
+from intel_device_plugins.operator.images import PROJECT_VERSION, UPSTREAM_VERSION, node_image
 from intel_device_plugins.operator.kinds import ALL_KINDS, DeviceKind
 from intel_device_plugins.operator.validation import MESSAGE_PREFIX, default_spec, validate_object
 
@@ -251,7 +251,31 @@ def test_every_kind_has_accept_and_reject_rows() -> None:
 def test_old_version_is_accepted_with_warning() -> None:
     verdict = validate_object(DeviceKind.QAT, {"spec": {"image": img("qat", "0.31.0")}})
     assert verdict.allowed
-    assert any("spec.image" in w and "0.36.0" in w for w in verdict.warnings)
+    assert any("spec.image" in w and UPSTREAM_VERSION in w for w in verdict.warnings)
+
+
+@pytest.mark.parametrize(
+    ("kind", "init_image", "deployed"),
+    [
+        (DeviceKind.DSA, "intel/intel-idxd-config-initcontainer:0.36.0", "0.37.2"),
+        (DeviceKind.QAT, "intel/intel-qat-initcontainer:0.37.1", "0.37.2"),
+        # upstream removed DLB in 0.37.0: its init image ends at 0.36.0
+        (DeviceKind.DLB, "intel/intel-dlb-initcontainer:0.35.0", "0.36.0"),
+    ],
+)
+def test_old_init_image_is_accepted_with_a_warning_naming_what_is_deployed(
+    kind: DeviceKind, init_image: str, deployed: str
+) -> None:
+    verdict = validate_object(kind, {"spec": {"image": img(kind.value), "initImage": init_image}})
+    assert verdict.allowed
+    expected = init_image.rsplit(":", 1)[0] + ":" + deployed
+    assert any(w.startswith("spec.initImage") and w.endswith(expected) for w in verdict.warnings)
+
+
+def test_dlb_init_image_at_its_last_upstream_release_gets_no_warning() -> None:
+    spec = {"image": img("dlb"), "initImage": "intel/intel-dlb-initcontainer:0.36.0"}
+    verdict = validate_object(DeviceKind.DLB, {"spec": spec})
+    assert verdict.allowed and not [w for w in verdict.warnings if w.startswith("spec.initImage")]
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.value)

@@ -30,7 +30,14 @@ from intel_device_plugins.deviceplugin.model import (
     check_devices,
     diff_trees,
 )
-from intel_device_plugins.deviceplugin.plugin import EventDriven, RescansSooner, Scanner, WatchesPaths
+from intel_device_plugins.deviceplugin.plugin import (
+    EventDriven,
+    Monitors,
+    ObservesUevents,
+    RescansSooner,
+    Scanner,
+    WatchesPaths,
+)
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.server import (
@@ -97,6 +104,11 @@ class PluginManager:
     def _on_uevent(self, event: Uevent | None) -> None:
         """A kernel event of one of the plugin's subsystems (``None``: events were lost)."""
         self.uevents_seen += 1
+        if isinstance(self.plugin, ObservesUevents):
+            try:
+                self.plugin.observe_uevent(event)
+            except Exception:
+                log.exception("%s: observing a uevent failed", self.plugin.namespace)
         self._rescan.set()
 
     def _watch_paths(self) -> Sequence[Path]:
@@ -187,6 +199,18 @@ class PluginManager:
             await task
         log.info("%s/%s: no longer present; server stopped", self.plugin.namespace, resource)
 
+    async def _monitor(self) -> None:
+        """The plugin's monitor; whatever becomes of it, scanning and serving go on."""
+        assert isinstance(self.plugin, Monitors)
+        try:
+            await self.plugin.monitor(self._rescan.set)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: the monitor failed; serving without it", self.plugin.namespace)
+        else:
+            log.debug("%s: the monitor has nothing to watch", self.plugin.namespace)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Scan and serve until ``stop`` is set, then stop every server and remove its socket."""
         remove_stale_cdi_temporaries(self.config.cdi_dir)
@@ -195,6 +219,7 @@ class PluginManager:
         unsubscribe = None
         if self._uevents is not None and self._subsystems:
             unsubscribe = self._uevents.subscribe(self._subsystems, self._on_uevent)
+        monitor = asyncio.ensure_future(self._monitor()) if isinstance(self.plugin, Monitors) else None
         try:
             while not stop.is_set():
                 self._ensure_watches()
@@ -209,6 +234,10 @@ class PluginManager:
                     # A hot-plug creates several files in a burst; let it finish so one update covers it.
                     await asyncio.sleep(HOTPLUG_SETTLE_SECONDS)
         finally:
+            if monitor is not None:
+                monitor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await monitor
             if unsubscribe is not None:
                 unsubscribe()
             self._watcher.close()

@@ -1,16 +1,18 @@
 """What a device plugin is: a scanner plus a few optional hooks.
 
 The framework detects the hooks by their presence (structural typing), so a plugin implements only
-what it needs. All hooks are plain synchronous functions over typed data; they never see gRPC.
+what it needs. All hooks but ``monitor`` are plain synchronous functions over typed data; none sees
+gRPC.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from intel_device_plugins.deviceplugin.model import ContainerAllocation, DeviceMap, DeviceTree
+from intel_device_plugins.deviceplugin.uevents import Uevent
 
 
 @runtime_checkable
@@ -62,6 +64,27 @@ class RescansSooner(Protocol):
     """
 
     def safety_rescan_interval(self) -> float: ...
+
+
+@runtime_checkable
+class ObservesUevents(Protocol):
+    """Optional, with :class:`EventDriven`: sees each uevent of its subsystems before the rescan it
+    triggers (``None`` when events were lost), for what an event says and no file keeps (a GPU's
+    ``WEDGED``). Runs on the event loop; it must be quick and must not raise."""
+
+    def observe_uevent(self, event: Uevent | None) -> None: ...
+
+
+@runtime_checkable
+class Monitors(Protocol):
+    """Optional: a watch that runs beside the scans while the plugin is served (e.g. a health daemon's
+    stream, whose findings the next scan reads).
+
+    ``monitor`` runs on the event loop until cancelled and calls ``changed()`` when the next scan would
+    differ, for a rescan at once. Should it return or raise, the plugin goes on being served without it.
+    """
+
+    async def monitor(self, changed: Callable[[], None]) -> None: ...
 
 
 @runtime_checkable

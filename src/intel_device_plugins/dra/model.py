@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from intel_device_plugins.deviceplugin.health.model import HealthState as HealthState
 from intel_device_plugins.deviceplugin.model import CdiDevice, Health
 
 MAX_DEVICES_PER_SLICE = 128
@@ -152,14 +152,6 @@ class Inventory:
 
     def by_name(self) -> Mapping[str, Device]:
         return {device.name: device for device in self.devices}
-
-
-class HealthState(StrEnum):
-    """The health a kubelet shows in pod status (``dra-health/v1alpha1`` ``HealthStatus``)."""
-
-    HEALTHY = "Healthy"
-    UNHEALTHY = "Unhealthy"
-    UNKNOWN = "Unknown"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,15 @@ from intel_device_plugins.operator.imageref import parse_image
 from intel_device_plugins.operator.kinds import DeviceKind
 
 #: Upstream release that this project replaces; also the lowest tag kept for upstream's init images.
-UPSTREAM_VERSION: Final = "0.36.0"
+UPSTREAM_VERSION: Final = "0.37.2"
+
+#: Upstream images that stopped at an earlier release, with that release: a lower tag of theirs is raised
+#: only that far, since :data:`UPSTREAM_VERSION` of them was never published. Upstream removed DLB in 0.37.0
+#: (this project keeps it), so DLB's images end at 0.36.0.
+_LAST_UPSTREAM_RELEASES: Final[dict[str, str]] = {
+    "intel-dlb-plugin": "0.36.0",
+    "intel-dlb-initcontainer": "0.36.0",
+}
 
 #: Registry namespace (vendor path) of upstream's images, named in messages and migration notes only.
 UPSTREAM_VENDOR: Final = "intel"
@@ -57,6 +65,15 @@ _LEGACY_INIT_IMAGE_NAMES: Final[dict[DeviceKind, str]] = {
     DeviceKind.DLB: "intel-dlb-initimage",
     DeviceKind.FPGA: "intel-fpga-initimage",
 }
+
+
+def upstream_floor(name: str) -> str:
+    """The tag an upstream image ``name`` with a lower semantic-version tag is raised to.
+
+    Upstream's operator raised every image below its own release to that release; this project does the
+    same with the release it replaces, except for images upstream no longer publishes at that release.
+    """
+    return _LAST_UPSTREAM_RELEASES.get(name, UPSTREAM_VERSION)
 
 
 def upstream_plugin_image_name(kind: DeviceKind) -> str:

@@ -12,7 +12,9 @@ Rules, first match wins (docs/install.md, "Image versions"):
 3. Upstream's plugin image for the kind with a tag up to :data:`UPSTREAM_VERSION` is deployed as the
    operator's plugin image too: this release is the drop-in replacement of that upstream release.
 4. Any other image's semantic-version tag below :data:`UPSTREAM_VERSION` (upstream's init images) is
-   raised to it, as upstream's controller did. Digests, newer tags and non-semver tags stay as written.
+   raised to it, as upstream's controller did; images upstream stopped publishing earlier (DLB's, removed
+   in 0.37.0) only to their last release (``images.upstream_floor``). Digests, newer tags and non-semver
+   tags stay as written.
 """
 
 from __future__ import annotations
@@ -79,12 +81,11 @@ def effective_image(
         return ImageDecision(
             ours, f"{image} is upstream's release {images.UPSTREAM_VERSION} or older; deploying {ours}"
         )
-    below = _up_to(ref.tag, images.UPSTREAM_VERSION) and ref.tag != images.UPSTREAM_VERSION
+    floor = images.upstream_floor(ref.name)
+    below = _up_to(ref.tag, floor) and ref.tag != floor
     if below and ref.name != images.NODE_IMAGE_NAME:
-        upgraded = ref.with_tag(images.UPSTREAM_VERSION)
-        return ImageDecision(
-            upgraded, f"tag {ref.tag} is below {images.UPSTREAM_VERSION}; upgraded to {upgraded}"
-        )
+        upgraded = ref.with_tag(floor)
+        return ImageDecision(upgraded, f"tag {ref.tag} is below {floor}; upgraded to {upgraded}")
     return ImageDecision(image)
 
 

@@ -98,10 +98,10 @@ def check_image(
             f"{path}: {image} is upstream's plugin; the operator deploys its own plugin image "
             f"(upstream {UPSTREAM_VERSION} and older map to it; pin a digest to keep upstream's)"
         )
-    if version < parse_semver(UPSTREAM_VERSION):
+    floor = images.upstream_floor(ref.name)
+    if version < parse_semver(floor):
         return None, (
-            f'{path}: version "{ref.tag}" is lower than "{UPSTREAM_VERSION}"; '
-            f"the operator deploys {ref.with_tag(UPSTREAM_VERSION)}"
+            f'{path}: version "{ref.tag}" is lower than "{floor}"; the operator deploys {ref.with_tag(floor)}'
         )
     return None, None
 

@@ -114,16 +114,70 @@ def add_card(
     return SimulatedCard(index, address)
 
 
-def rebind(tree: FakeTree, index: int, driver: str) -> None:
-    """Bind card ``index`` to another driver in sysfs only (its device nodes stay), with the uevents."""
+def rebind(tree: FakeTree, index: int, driver: str, *, renumber_to: int | None = None) -> int:
+    """Unbind card ``index`` and bind it to ``driver`` (the same one or another), with the uevents.
+
+    Without ``renumber_to`` only the driver link changes and the DRM nodes stay. With it the card comes
+    back as ``card<renumber_to>`` / ``renderD<128+renumber_to>``, as it does when other cards took its old
+    minors while it was unbound: its DRM class entries, device nodes and by-path links are removed at
+    unbind and made under the new numbers at bind. As on sysfs, the PCI function's directory keeps its
+    identity (inode and change time): only what ends up different below it is touched, so a re-bind to the
+    same driver leaves the directory itself alone. Returns the card's index after the bind.
+    """
     card_link = tree.path(f"/sys/class/drm/card{index}")
     address = card_link.resolve().parent.parent.name
     sysfs = tree.sysfs_of(address)
     old = os.path.basename(os.readlink(tree.path(f"{sysfs}/driver")))
-    tree.remove(f"/sys/bus/pci/drivers/{old}/{address}")
+    new_index = index if renumber_to is None else renumber_to
+    if new_index != index and tree.path(f"/sys/class/drm/card{new_index}").is_symlink():
+        raise ValueError(f"gpu: cannot renumber card{index} to card{new_index}: that card exists")
+    if old != driver:
+        tree.remove(f"/sys/bus/pci/drivers/{old}/{address}")
+    if new_index != index:
+        _unbind_drm_minors(tree, sysfs, address, index)
     tree.uevent("unbind", sysfs, "pci", PCI_SLOT_NAME=address)
-    tree.bind(address, sysfs, driver)
+    if old != driver:
+        tree.bind(address, sysfs, driver)
+    if new_index != index:
+        _bind_drm_minors(tree, sysfs, address, index, new_index)
     tree.uevent("bind", sysfs, "pci", DRIVER=driver, PCI_SLOT_NAME=address)
+    return new_index
+
+
+def _unbind_drm_minors(tree: FakeTree, sysfs: str, address: str, index: int) -> None:
+    """What udev and the DRM core take away at unbind: class links, device nodes and by-path links."""
+    render = 128 + index
+    for absolute in (
+        f"/dev/dri/by-path/pci-{address}-card",
+        f"/dev/dri/by-path/pci-{address}-render",
+        f"/dev/dri/card{index}",
+        f"/dev/dri/renderD{render}",
+        f"/sys/class/drm/card{index}",
+        f"/sys/class/drm/renderD{render}",
+    ):
+        tree.remove(absolute)
+    tree.uevent("remove", f"{sysfs}/drm/renderD{render}", "drm", DEVNAME=f"dri/renderD{render}")
+    tree.uevent("remove", f"{sysfs}/drm/card{index}", "drm", DEVNAME=f"dri/card{index}")
+
+
+def _bind_drm_minors(tree: FakeTree, sysfs: str, address: str, index: int, new_index: int) -> None:
+    """The card's DRM minors under their new numbers; its card directory keeps tiles and memory."""
+    render, new_render = 128 + index, 128 + new_index
+    for old_name, new_name in (
+        (f"card{index}", f"card{new_index}"),
+        (f"renderD{render}", f"renderD{new_render}"),
+        (f"controlD{64 + index}", f"controlD{64 + new_index}"),
+    ):
+        if tree.path(f"{sysfs}/drm/{old_name}").is_dir():
+            tree.path(f"{sysfs}/drm/{old_name}").rename(tree.path(f"{sysfs}/drm/{new_name}"))
+    tree.link(f"/sys/class/drm/card{new_index}", f"{sysfs}/drm/card{new_index}")
+    tree.link(f"/sys/class/drm/renderD{new_render}", f"{sysfs}/drm/renderD{new_render}")
+    tree.device_node(f"/dev/dri/card{new_index}")
+    tree.device_node(f"/dev/dri/renderD{new_render}")
+    tree.link(f"/dev/dri/by-path/pci-{address}-card", f"/dev/dri/card{new_index}")
+    tree.link(f"/dev/dri/by-path/pci-{address}-render", f"/dev/dri/renderD{new_render}")
+    tree.uevent("add", f"{sysfs}/drm/card{new_index}", "drm", DEVNAME=f"dri/card{new_index}")
+    tree.uevent("add", f"{sysfs}/drm/renderD{new_render}", "drm", DEVNAME=f"dri/renderD{new_render}")
 
 
 def remove_card(tree: FakeTree, index: int) -> None:
@@ -134,10 +188,12 @@ def remove_card(tree: FakeTree, index: int) -> None:
     render = 128 + index
     for entry in list(tree.path("/dev/dri/by-path").glob(f"pci-{address}-*")):
         entry.unlink()
+    # The card's MEI nodes by the names sysfs gives them: a renumbering re-bind keeps them as they were.
+    for mei in tree.path(sysfs).glob("*.mei-*/mei/*"):
+        tree.remove(f"/dev/{mei.name}")
     for absolute in (
         f"/dev/dri/card{index}",
         f"/dev/dri/renderD{render}",
-        f"/dev/mei{index}",
         f"/sys/class/drm/card{index}",
         f"/sys/class/drm/renderD{render}",
         f"/sys/bus/pci/devices/{address}",

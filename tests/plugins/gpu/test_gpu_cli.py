@@ -12,6 +12,12 @@ from hypothesis import strategies as st
 from intel_device_plugins.deviceplugin.cli import framework_config
 from intel_device_plugins.plugins.gpu.cli import build_parser, build_plugins, main
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode, parse_id_list
+from intel_device_plugins.plugins.gpu.healthsettings import (
+    GpuHealthSettings,
+    TemperatureLimits,
+    XpumdHealthSettings,
+    XpumdSeverity,
+)
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
 
@@ -52,6 +58,8 @@ def test_defaults_match_upstream() -> None:
     assert args.enable_monitoring is False
     assert args.monitoring_mode is MonitoringMode.SINGLE
     assert (args.temp_limit, args.gpu_temp_limit, args.memory_temp_limit) == (100, 100, 100)
+    assert args.xpumd_endpoint == "" and args.health_management is False
+    assert args.xpumd_unhealthy_severity is XpumdSeverity.CRITICAL  # upstream 0.37's default
     # Not given: polled plugins scan every second, event-driven ones (GPU) rescan every 60 s.
     assert args.scan_interval is None
     config = framework_config(args)
@@ -66,6 +74,7 @@ def test_default_command_line_builds_one_default_plugin() -> None:
     assert plugin.prefix == ""
     assert plugin.options == GpuOptions()
     assert plugin.policy is AllocationPolicy.NONE
+    assert plugin.health_flags == GpuHealthSettings()
 
 
 @pytest.mark.parametrize(
@@ -195,7 +204,55 @@ def test_flags_that_only_matter_elsewhere_are_accepted(argv: list[str]) -> None:
     assert plugin_for(*argv).options == GpuOptions()
 
 
+@pytest.mark.parametrize("severity", ["failed", "critical", "warning"])
+def test_xpumd_flags_of_upstream_037_reach_the_plugins_health_settings(severity: str) -> None:
+    """A DaemonSet written for upstream 0.37 (its xpumd overlay plus the severity flag) starts."""
+    plugin = plugin_for(
+        "-enable-monitoring",
+        "-xpumd-endpoint=/run/xpumd/intelxpuinfo.sock",
+        f"-xpumd-unhealthy-severity={severity}",
+    )
+
+    assert plugin.health_flags == GpuHealthSettings(
+        xpumd=XpumdHealthSettings("/run/xpumd/intelxpuinfo.sock", XpumdSeverity(severity))
+    )
+    assert plugin.health_flags.xpumd.enabled
+    assert plugin.options == GpuOptions(enable_monitoring=True)
+
+
+def test_severity_without_an_endpoint_is_kept_but_xpumd_stays_off() -> None:
+    health = plugin_for("--xpumd-unhealthy-severity", "warning").health_flags
+
+    assert health.xpumd == XpumdHealthSettings("", XpumdSeverity.WARNING)
+    assert not health.xpumd.enabled
+
+
+def test_level_zero_flags_reach_the_plugins_health_settings() -> None:
+    health = plugin_for(
+        "-health-management", "-temp-limit", "90", "-gpu-temp-limit", "80", "-memory-temp-limit", "85"
+    ).health_flags
+
+    assert health == GpuHealthSettings(level_zero=True, temperature_limits=TemperatureLimits(90, 80, 85))
+
+
+def test_xpumd_source_is_logged_with_its_severity(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        plugin_for("-xpumd-endpoint", "/run/x.sock", "-xpumd-unhealthy-severity", "failed")
+
+    assert any("/run/x.sock" in r.getMessage() and "failed" in r.getMessage() for r in caplog.records)
+
+
 # ----- rejected command lines -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["", "CRITICAL", "Warning", "error", "unknown", "ok", "critical,failed"])
+def test_invalid_xpumd_severity_is_rejected_naming_the_flag_and_the_values(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    message = rejected(capsys, "-xpumd-endpoint", "/run/x.sock", "-xpumd-unhealthy-severity", value)
+
+    assert "-xpumd-unhealthy-severity" in message
+    assert "valid values: failed, critical, warning" in message
 
 
 @pytest.mark.parametrize("value", ["foo", "Balanced", "", "packed,balanced"])

@@ -529,6 +529,34 @@ def test_by_path_single_mounts_only_the_cards_own_links(tree: FakeTree) -> None:
     )
 
 
+def test_by_path_single_skips_dangling_links_and_says_so(tree: FakeTree) -> None:
+    """A by-path link whose target is gone would be a bind mount of nothing: container creation fails."""
+    card = gpu.add_card(tree, address="0000:3a:00.0")
+    tree.remove("/dev/dri/renderD128")  # the card is reported Unhealthy for this; the link dangles
+    tree.link("/dev/dri/by-path/pci-0000:3a:00.0-extra", "/dev/dri/card7")
+
+    result = scan(tree, GpuOptions(by_path=ByPath.SINGLE))
+    info = result.tree["i915"]["card0-0"]
+
+    assert info.mounts == (by_path_mount(tree, "pci-0000:3a:00.0-card"),)
+    assert info.cdi is not None and info.cdi.mounts == info.mounts
+    # The render link's target is the card's missing node, already reported; the other one is named.
+    assert [p for p in result.problems if "renderD128" in p] == [
+        f"GPU card0: device nodes ['renderD128'] missing in {tree.path('/dev/dri')}; reported Unhealthy"
+    ]
+    (dangling,) = [p for p in result.problems if "by-path" in p]
+    extra = dri(tree, "by-path/pci-0000:3a:00.0-extra")
+    assert (
+        dangling == f"GPU card0: by-path link {extra} points to '../card7', which does not exist; not mounted"
+    )
+    tree.device_node("/dev/dri/card7")  # the target appears: mounted from the next scan on
+    assert (
+        by_path_mount(tree, "pci-0000:3a:00.0-extra")
+        in scan(tree, GpuOptions()).tree["i915"]["card0-0"].mounts
+    )
+    del card
+
+
 def test_by_path_none_mounts_nothing(tree: FakeTree) -> None:
     gpu.add_card(tree)
 

@@ -182,6 +182,35 @@ async def test_kernel_events_drive_discovery_instead_of_polling(
     events.close()
 
 
+async def test_a_card_rebound_under_other_drm_numbers_is_served_with_its_new_nodes(
+    kubelet: KubeletStandIn, plugin: PluginProcess, node: FakeTree
+) -> None:
+    """Unbind and bind to the same driver, the minors coming back as card6/renderD134: the device list
+    and Allocate follow, instead of keeping card0 and its vanished nodes."""
+    address = gpu_address(node, 0)
+    assert gpu.rebind(node, 0, "i915", renumber_to=6) == 6
+    await kubelet.wait_for(
+        lambda: "card6-0" in ids(kubelet, I915) and "card0-0" not in ids(kubelet, I915), 10
+    )
+    assert ids(kubelet, I915) == {f"card{c}-{i}" for c in (1, 3, 4, 6) for i in (0, 1)}
+    assert all(d.health == "Healthy" for d in kubelet.resources()[I915].values())
+    response = await kubelet.allocate(I915, ["card6-1"])
+    dri = node.path("/dev/dri")
+    assert [d.host_path for d in response.devices] == [str(dri / "card6"), str(dri / "renderD134")]
+    assert {Path(m.host_path).name for m in response.mounts} == {
+        f"pci-{address}-card",
+        f"pci-{address}-render",
+    }
+    assert [c.name for c in response.cdi_devices] == ["intel.cdi.k8s.io/gpu=card6"]
+    # Card 1 takes the freed minors 0/128: it is served with those, not with card6's.
+    gpu.rebind(node, 1, "i915", renumber_to=0)
+    await kubelet.wait_for(
+        lambda: "card0-0" in ids(kubelet, I915) and "card1-0" not in ids(kubelet, I915), 10
+    )
+    response = await kubelet.allocate(I915, ["card0-0"])
+    assert [d.host_path for d in response.devices] == [str(dri / "card0"), str(dri / "renderD128")]
+
+
 def gpu_address(node: FakeTree, index: int) -> str:
     return node.path(f"/sys/class/drm/card{index}").resolve().parent.parent.name
 
@@ -207,6 +236,7 @@ async def test_missing_socket_directory_is_survived(node: FakeTree, tmp_path: Pa
         (["-allow-ids", "0x56C0"], "allow-ids"),
         (["-scan-interval", "-1"], "scan-interval"),
         (["-allow-ids", "0x56c0", "-deny-ids", "0x56c1"], "-allow-ids and -deny-ids"),
+        (["-xpumd-unhealthy-severity", "error"], "-xpumd-unhealthy-severity"),
     ],
 )
 async def test_bad_flags_are_rejected_at_start(

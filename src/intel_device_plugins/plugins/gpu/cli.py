@@ -22,12 +22,18 @@ from intel_device_plugins.plugins.flagnames import (
     SHARED_DEV_NUM,
 )
 from intel_device_plugins.plugins.gpu.discovery import ByPath, GpuOptions, MonitoringMode, parse_id_list
+from intel_device_plugins.plugins.gpu.healthsettings import (
+    DEFAULT_TEMP_LIMIT,
+    DEFAULT_XPUMD_SEVERITY,
+    GpuHealthSettings,
+    TemperatureLimits,
+    XpumdHealthSettings,
+    xpumd_severity,
+)
 from intel_device_plugins.plugins.gpu.plugin import GpuPlugin
 from intel_device_plugins.plugins.gpu.policy import AllocationPolicy
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TEMP_LIMIT = 100
 
 
 def build_parser() -> GoFlagParser:
@@ -55,7 +61,14 @@ def build_parser() -> GoFlagParser:
         GPU_MONITORING_MODE, type=MonitoringMode, choices=list(MonitoringMode), default=MonitoringMode.SINGLE
     )
     parser.add_bool_flag("health-management", help="Level-Zero health (not supported here; presence health)")
-    parser.add_flag("xpumd-endpoint", default="", help="xpumd health socket (not supported here)")
+    parser.add_flag("xpumd-endpoint", default="", help="xpumd health socket (/run/xpumd/intelxpuinfo.sock)")
+    parser.add_flag(
+        "xpumd-unhealthy-severity",
+        type=xpumd_severity,
+        default=DEFAULT_XPUMD_SEVERITY,
+        metavar="failed|critical|warning",
+        help="lowest xpumd severity that makes a GPU Unhealthy: failed, critical or warning",
+    )
     parser.add_bool_flag("wsl", help="WSL mode (not supported)")
     parser.add_bool_flag("resource-manager", help="GPU resource manager (removed upstream in v0.34)")
     for name in ("temp-limit", "gpu-temp-limit", "memory-temp-limit"):
@@ -75,11 +88,21 @@ def build_plugins(args: argparse.Namespace) -> Sequence[GpuPlugin]:
         )
     if args.health_management and args.xpumd_endpoint:
         raise ValueError("-health-management and -xpumd-endpoint cannot be used together")
-    limits = (args.temp_limit, args.gpu_temp_limit, args.memory_temp_limit)
-    if args.xpumd_endpoint and any(limit != DEFAULT_TEMP_LIMIT for limit in limits):
+    health = GpuHealthSettings(
+        xpumd=XpumdHealthSettings(args.xpumd_endpoint, args.xpumd_unhealthy_severity),
+        level_zero=args.health_management,
+        temperature_limits=TemperatureLimits(args.temp_limit, args.gpu_temp_limit, args.memory_temp_limit),
+    )
+    if health.xpumd.enabled and not health.temperature_limits.are_defaults:
         raise ValueError("-xpumd-endpoint cannot be combined with temperature limits")
-    if args.health_management or args.xpumd_endpoint:
-        log.warning("-health-management/-xpumd-endpoint: health comes from device presence in this plugin")
+    if health.xpumd.enabled:
+        log.warning(
+            "-xpumd-endpoint %s (unhealthy from severity %s): health comes from device presence here",
+            health.xpumd.endpoint,
+            health.xpumd.unhealthy_severity,
+        )
+    elif health.level_zero:
+        log.warning("-health-management: health comes from device presence in this plugin")
     options = GpuOptions(
         shared_dev_num=args.shared_dev_num,
         by_path=args.bypath,
@@ -88,7 +111,9 @@ def build_plugins(args: argparse.Namespace) -> Sequence[GpuPlugin]:
         enable_monitoring=args.enable_monitoring,
         monitoring_mode=args.monitoring_mode,
     )
-    return [GpuPlugin(prefix=args.prefix, options=options, policy=args.allocation_policy)]
+    return [
+        GpuPlugin(prefix=args.prefix, options=options, policy=args.allocation_policy, health_flags=health)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -167,17 +167,40 @@ def _pci_device_dir(view: _NodeView, name: str) -> str | None:
     return os.path.dirname(os.path.dirname(drm_node_dir))
 
 
-def _by_path_mounts(view: _NodeView, mode: ByPath, pci_dir: str) -> tuple[Mount, ...]:
+def _by_path_mounts(
+    view: _NodeView, mode: ByPath, pci_dir: str
+) -> tuple[tuple[Mount, ...], tuple[tuple[str, str], ...]]:
+    """The card's by-path mounts, and the ``(link, target)`` pairs left out because the target is gone.
+
+    A dangling link (a card re-bound under other DRM numbers before udev caught up, a node removed) would
+    be a bind mount of nothing, and the runtime would fail to create the container.
+    """
     if mode is ByPath.NONE or view.by_path_entries is None:
-        return ()
+        return (), ()
     if mode is ByPath.ALL:
-        return (Mount(view.by_path_dir, view.by_path_dir, read_only=True),)
+        return (Mount(view.by_path_dir, view.by_path_dir, read_only=True),), ()
     address = os.path.basename(pci_dir)
     if not PCI_ADDRESS.match(address):
-        return ()
+        return (), ()
     wanted = f"pci-{address}"
-    paths = (os.path.join(view.by_path_dir, e) for e in view.by_path_entries if e.startswith(wanted))
-    return tuple(Mount(path, path, read_only=True) for path in paths)
+    mounts: list[Mount] = []
+    dangling: list[tuple[str, str]] = []
+    for entry in view.by_path_entries:
+        if not entry.startswith(wanted):
+            continue
+        path = os.path.join(view.by_path_dir, entry)
+        if os.path.exists(path):
+            mounts.append(Mount(path, path, read_only=True))
+        else:
+            dangling.append((path, _link_target(path)))
+    return tuple(mounts), tuple(dangling)
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 def _mei_names(pci_dir: str) -> tuple[str, ...]:
@@ -247,18 +270,28 @@ def _physical_function(device_dir: str) -> str:
 
 
 class CardFactsCache:
-    """Card facts per PCI function directory, kept while the directory stays the same one.
+    """Card facts per PCI function directory, kept while the card's function and DRM minors stay the same.
 
-    A re-plugged card gets a new sysfs directory, so nothing stale survives it.
+    A re-plugged card gets a new sysfs directory, so nothing stale survives it. A driver unbind and bind
+    keeps the function's directory (sysfs leaves its inode and change time alone) but may bring the DRM
+    minors back under other numbers. So the facts are also re-read when the function's ``drm/`` directory
+    is another one (sysfs makes it anew at bind; where it is kept, adding and removing entries changes its
+    change time) or when they do not name the card they are asked for.
     """
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[tuple[int, int] | None, CardFacts]] = {}
+        self._known: dict[str, tuple[tuple[tuple[int, int] | None, ...], CardFacts]] = {}
 
-    def get(self, device_dir: str, pci_dir: str, sys_devices: str) -> CardFacts | str:
-        current = identity(pci_dir)
+    def get(self, device_dir: str, pci_dir: str, sys_devices: str, card: str = "") -> CardFacts | str:
+        """Facts of the card whose ``device`` link is ``device_dir``; ``card`` (``cardN``) is its name now."""
+        current = (identity(pci_dir), identity(os.path.join(device_dir, "drm")))
         known = self._known.get(pci_dir)
-        if known is not None and current is not None and known[0] == current:
+        if (
+            known is not None
+            and None not in current
+            and known[0] == current
+            and (not card or card in known[1].drm_entries)
+        ):
             return known[1]
         facts = read_card_facts(device_dir, pci_dir, sys_devices)
         if isinstance(facts, CardFacts):
@@ -347,7 +380,7 @@ def _inspect_card(
 ) -> GpuCard | None:
     device_dir = os.path.join(view.drm_dir, name, "device")
     pci_dir = _pci_device_dir(view, name) or os.path.realpath(device_dir)
-    facts = cache.get(device_dir, pci_dir, view.sys_devices)
+    facts = cache.get(device_dir, pci_dir, view.sys_devices, name)
     if isinstance(facts, str):
         if facts:
             problems.append(f"GPU {name}: {facts}")
@@ -398,7 +431,12 @@ def _inspect_card(
     if isinstance(memory, str):
         problems.append(f"GPU {name}: {memory}; no memory size reported")
         memory = None
-    mounts = _by_path_mounts(view, options.by_path, pci_dir)
+    mounts, dangling = _by_path_mounts(view, options.by_path, pci_dir)
+    for link, target in dangling:
+        if os.path.basename(target) not in expected:  # a missing node of the card is reported above
+            problems.append(
+                f"GPU {name}: by-path link {link} points to {target!r}, which does not exist; not mounted"
+            )
     info = DeviceInfo(
         health=health,
         nodes=nodes,
