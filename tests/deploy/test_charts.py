@@ -443,6 +443,63 @@ def test_dra_chart_images_and_pod_values(helm: Path) -> None:
     assert pod["tolerations"] == [{"operator": "Exists"}]
 
 
+INTEL_EXTENDED = {"gpu": ("gpu.intel.com", "intel.com/gpu"), "qat": ("qat.intel.com", "intel.com/qat")}
+
+
+@pytest.mark.parametrize("kind", sorted(INTEL_EXTENDED))
+def test_dra_chart_opt_in_extended_resources_are_the_kustomize_component(
+    helm: Path, kubectl: Path, kind: str, tmp_path: Path
+) -> None:
+    """``enableDRAExtendedResources`` (off by default, as in Intel's charts) puts Intel's resource on
+    the class of Intel's name, exactly as ``deploy/dra/intel-extended-resources`` does; the project's
+    own classes keep theirs, and no two classes map one resource."""
+    class_name, resource = INTEL_EXTENDED[kind]
+    default = _dra_template(helm, kind, "createNamespace=true")
+    assert "extendedResourceName" not in default[("DeviceClass", class_name)]["spec"]
+    enabled = _dra_template(helm, kind, "createNamespace=true", "enableDRAExtendedResources=true")
+    assert enabled[("DeviceClass", class_name)]["spec"]["extendedResourceName"] == resource
+    assert {k: v for k, v in enabled.items() if k != ("DeviceClass", class_name)} == {
+        k: v for k, v in default.items() if k != ("DeviceClass", class_name)
+    }
+    mapped = [
+        o["spec"]["extendedResourceName"]
+        for o in enabled.values()
+        if "extendedResourceName" in o.get("spec", {})
+    ]
+    assert len(mapped) == len(set(mapped)), mapped
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n- {os.path.relpath(DRA / kind, tmp_path)}\n"
+        f"components:\n- {os.path.relpath(DRA / 'intel-extended-resources', tmp_path)}\n"
+    )
+    assert _diff(enabled, _kustomize(kubectl, tmp_path)) == []
+
+
+def test_dra_chart_healthcheck_port_sets_the_flag_and_the_probes(helm: Path) -> None:
+    def container(*sets: str) -> Obj:
+        pod = _dra_template(helm, "dsa", *sets)[_dra_names("dsa")[1]]["spec"]["template"]["spec"]
+        (found,) = pod["containers"]
+        return dict(found)
+
+    default = container()
+    args = default["args"]
+    assert args[args.index("-healthcheck-port") + 1] == "51516"
+    assert (
+        default["livenessProbe"]["grpc"]
+        == default["startupProbe"]["grpc"]
+        == {
+            "port": 51516,
+            "service": "liveness",
+        }
+    )
+    moved = container("healthcheckPort=9000")
+    assert moved["args"][moved["args"].index("-healthcheck-port") + 1] == "9000"
+    assert moved["livenessProbe"]["grpc"]["port"] == moved["ports"][0]["containerPort"] == 9000
+    off = container("healthcheckPort=-1")
+    assert off["args"][off["args"].index("-healthcheck-port") + 1] == "-1"
+    assert not {"livenessProbe", "startupProbe", "ports"} & set(off)
+
+
 def test_dra_chart_refuses_an_unknown_driver(helm: Path) -> None:
     proc = subprocess.run(
         [str(helm), "template", "x", str(DRA_CHART), "--set", "driver=tpu"], capture_output=True, text=True

@@ -5,6 +5,7 @@ writes them has nothing left to change."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,12 @@ from types import ModuleType
 import pytest
 import yaml
 
-from intel_device_plugins.dra.classes import device_class
+from intel_device_plugins.dra.classes import (
+    INTEL_EXTENDED_RESOURCES,
+    DeviceClassSpec,
+    device_class,
+    with_intel_extended_resources,
+)
 from intel_device_plugins.operator import images
 from intel_device_plugins.operator.daemonset import Owner, desired_daemonset
 from intel_device_plugins.operator.kinds import DeviceKind
@@ -91,3 +97,53 @@ def test_standalone_driver_pod_is_the_operators(kubectl: Path, kind: DeviceKind)
     assert pod.pop("serviceAccount") == pod["serviceAccountName"]
     assert standalone["spec"]["template"]["spec"] == pod
     assert standalone["spec"]["updateStrategy"] == operator["spec"]["updateStrategy"]
+
+
+# ----- Intel's opt-in extended resources ---------------------------------------------------------------
+
+
+def test_the_extended_resources_component_patches_intels_classes() -> None:
+    component = yaml.safe_load(
+        (DEPLOY / "dra" / "intel-extended-resources" / "kustomization.yaml").read_text()
+    )
+    patched = {
+        patch["target"]["name"]: json.loads(patch["patch"])
+        for patch in component["patches"]
+        if patch["target"]["kind"] == "DeviceClass"
+    }
+    assert patched == {
+        name: [{"op": "add", "path": "/spec/extendedResourceName", "value": resource}]
+        for name, resource in INTEL_EXTENDED_RESOURCES.items()
+    }
+    assert INTEL_EXTENDED_RESOURCES == {"gpu.intel.com": "intel.com/gpu", "qat.intel.com": "intel.com/qat"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_intels_extended_resources_keep_every_kinds_names_unique(kind: str) -> None:
+    specs = GEN.class_specs(kind)
+    assert specs is not None
+    opted = with_intel_extended_resources(specs)
+    mapped = [spec.extended_resource_name for spec in opted if spec.extended_resource_name]
+    assert len(mapped) == len(set(mapped)), mapped
+    driver = kind.split("-", 1)[0]
+    intel = INTEL_EXTENDED_RESOURCES.get(f"{driver}.intel.com")
+    if intel is not None:
+        (base,) = (spec for spec in opted if spec.name == f"{driver}.intel.com")
+        assert base.extended_resource_name == intel
+
+
+def test_an_intel_resource_another_class_maps_already_is_refused() -> None:
+    both = r"gpu\.intel\.com and other\.gpu\.intel\.com both map intel\.com/gpu"
+    with pytest.raises(ValueError, match=both):
+        with_intel_extended_resources(
+            (
+                DeviceClassSpec("gpu.intel.com", "gpu.intel.com"),
+                DeviceClassSpec(
+                    "other.gpu.intel.com", "gpu.intel.com", extended_resource_name="intel.com/gpu"
+                ),
+            )
+        )
+    with pytest.raises(ValueError, match=r"gpu\.intel\.com already maps gpu\.intel\.com/i915"):
+        with_intel_extended_resources(
+            (DeviceClassSpec("gpu.intel.com", "gpu.intel.com", extended_resource_name="gpu.intel.com/i915"),)
+        )

@@ -89,6 +89,7 @@ def driver(
         "-cdi-root", str(tmp_path / "cdi"),
         "-kubelet-registrar-directory-path", str(kubelet / "plugins_registry"),
         "-kubelet-plugins-directory-path", str(kubelet / "plugins"),
+        "-healthcheck-port", "-1",  # tests run side by side on one host
         "-scan-interval", "1",
     ]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if key not in ("NODE_NAME", "POD_UID")}

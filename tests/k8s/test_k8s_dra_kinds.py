@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,13 @@ def published(client: KubeClient, node: str) -> dict[str, set[str]]:
     return result
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def test_one_process_publishes_registers_and_withdraws_every_kind(
     k8s_control_plane: ControlPlane,
     kwok_nodes: Callable[..., list[str]],
@@ -53,6 +61,7 @@ def test_one_process_publishes_registers_and_withdraws_every_kind(
     sim = build_node(parse_node_spec(profile_text("default")), tmp_path / "node")
     kubelet = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))  # sockets must fit in 107 bytes
     shared = ["-node-name", node, "-prefix", str(sim.root)]
+    port = free_port()
     parser = dracombined.build_parser()
     expected = {
         profile.driver_name: {device.name for device in profile.scan().devices}
@@ -68,6 +77,7 @@ def test_one_process_publishes_registers_and_withdraws_every_kind(
         "-cdi-root", str(tmp_path / "cdi"),
         "-kubelet-registrar-directory-path", str(kubelet / "plugins_registry"),
         "-kubelet-plugins-directory-path", str(kubelet / "plugins"),
+        "-healthcheck-port", str(port),
         "-scan-interval", "1",
         *(word for kind in DRIVERS for word in ("--driver", kind)),
     ]  # fmt: skip
@@ -92,6 +102,10 @@ def test_one_process_publishes_registers_and_withdraws_every_kind(
             assert Path(info.endpoint).is_socket()
             endpoints.append((registrar, Path(info.endpoint)))
 
+        # One liveness service for all: serving while every driver answers on its sockets.
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            check = channel.unary_unary("/grpc.health.v1.Health/Check", None, None)
+            assert check(b"\x0a\x08liveness", timeout=20) == b"\x08\x01"
         os.killpg(process.pid, signal.SIGTERM)
         assert process.popen.wait(30) == 0, process.log_tail()
         assert published(k8s_admin, node) == {}
@@ -121,6 +135,7 @@ def test_a_driver_that_cannot_start_stops_the_others_cleanly(
         "-cdi-root", str(tmp_path / "cdi"),
         "-kubelet-registrar-directory-path", str(kubelet / "plugins_registry"),
         "-kubelet-plugins-directory-path", str(kubelet / "plugins"),
+        "-healthcheck-port", "-1",  # tests run side by side on one host
         "--driver", "dsa", "--driver", "sgx",
     ]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if key not in ("NODE_NAME", "POD_UID")}

@@ -25,6 +25,7 @@ from intel_device_plugins.kube.rest import (
     ApiError,
     ConfigError,
     ProtocolError,
+    RateLimit,
     RestClient,
     RestConfig,
     follow,
@@ -687,3 +688,37 @@ def test_a_kubeconfig_that_is_not_one_is_named(tmp_path: Path) -> None:
     path.write_bytes(b"x" * (rest.MAX_CONFIG_BYTES + 1))
     with pytest.raises(ConfigError, match="larger than"):
         kubeconfig_config(path)
+
+
+# ----- client-side rate limit (-kube-api-qps, -kube-api-burst) --------------------------------------
+
+
+def test_rate_limit_lets_a_burst_through_then_spaces_requests_by_qps() -> None:
+    now = [100.0]
+    limit = RateLimit(qps=2.0, burst=3, clock=lambda: now[0])
+    assert [limit.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limit.delay() == pytest.approx(0.5), "the fourth waits for half a second's token"
+    assert limit.delay() == pytest.approx(1.0), "and the fifth behind it"
+    now[0] += 10  # idle: the bucket refills to the burst, no further
+    assert [limit.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limit.delay() > 0
+
+
+@pytest.mark.parametrize(("qps", "burst"), [(0.0, 1), (-1.0, 1), (float("nan"), 1), (1.0, 0)])
+def test_rate_limit_refuses_what_could_never_pass(qps: float, burst: int) -> None:
+    with pytest.raises(ValueError):
+        RateLimit(qps, burst)
+
+
+async def test_every_request_waits_for_its_token(serve: Any, pki: Pki) -> None:
+    """With a burst of one at 20 a second, three GETs take at least the two waits between them."""
+    server = await serve(answer(200, {"metadata": {"name": "n1", "uid": "u"}}))
+    client = client_for(server, pki, rate_limit=RateLimit(qps=20.0, burst=1))
+    started = asyncio.get_running_loop().time()
+    try:
+        for _ in range(3):
+            await client.get(NODES, "n1")
+    finally:
+        await client.close()
+    assert asyncio.get_running_loop().time() - started >= 0.09
+    assert len(server.requests) == 3

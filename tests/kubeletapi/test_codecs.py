@@ -137,6 +137,7 @@ def test_every_proto_has_a_codec_and_every_message_a_class() -> None:
         "dra_health_v1",
         "dra_health_v1alpha1",
         "dra_v1",
+        "grpc_health_v1",
         "pluginregistration_v1",
         "podresources_v1",
     ]

@@ -56,7 +56,7 @@ def test_the_node_has_one_dedicated_and_one_shared_dsa_queue_and_64_mib_of_epc(t
     assert spec.name == KINDS_NODE_NAME
     build_node(spec, tmp_path)
     queues = {d.name: d.attributes["mode"] for d in scan_queue_devices(str(tmp_path), DSA).devices}
-    assert queues == {"dsa0-wq0-0": "dedicated", "dsa0-wq0-1": "shared"}
+    assert queues == {"0000-10-00-0-wq0": "dedicated", "0000-10-00-0-wq1": "shared"}
     enclave = scan_sgx_devices(str(tmp_path)).by_name()["enclave"]
     assert enclave.capacity["epc"].value == "64Mi"
 
@@ -100,5 +100,5 @@ def test_the_nodes_qat_device_for_kernel_mode_is_not_the_dpdk_drivers(tmp_path: 
     """The DPDK-mode driver publishes the two VFs only; kernel mode publishes the process slots of
     the c6xx device's sections, from the node's adf_ctl and /etc."""
     tree = build_node(parse_node_spec(KINDS_NODE_PROFILE, "KINDS_NODE_PROFILE"), tmp_path)
-    assert set(_published("qat", tmp_path)) == {"vf-0000-13-00-1", "vf-0000-13-00-2"}
+    assert set(_published("qat", tmp_path)) == {"qatvf-0000-13-00-1", "qatvf-0000-13-00-2"}
     assert "qat_dev0 - type: c6xx" in run_command([str(tree.path(ADF_CTL)), "status"])

@@ -171,7 +171,7 @@ def test_af_function_name_without_a_claim_gets_the_port_from_the_driver(
     webhook: FpgaWebhook, driver_in: Callable[[str], DraDriver], client: KubeClient
 ) -> None:
     driver = driver_in("af")
-    driver.wait_published(client, {"dfl-port-0"})
+    driver.wait_published(client, {"0000-10-00-0-port0"})
     node = driver.node
     name = "fpga-af-function"
     try:
@@ -179,7 +179,7 @@ def test_af_function_name_without_a_claim_gets_the_port_from_the_driver(
         limits = pod["spec"]["containers"][0]["resources"]["limits"]
         assert limits == {AF_RESOURCE: "1"}, f"the webhook did not map the function: {limits}"
         assert _class_of(claim) == af_class_name(IFACE, NLB0)
-        assert allocated_devices(claim) == [f"{NODE}/dfl-port-0"]
+        assert allocated_devices(claim) == [f"{NODE}/0000-10-00-0-port0"]
         devices = pod_devices(node, name)
         assert "dfl-port.0" in devices, f"the container has no port: {sorted(devices)}"
         assert not any("fme" in d for d in devices), f"af mode gives no FME: {sorted(devices)}"
@@ -191,7 +191,7 @@ def test_region_function_name_without_a_claim_is_programmed_before_the_container
     webhook: FpgaWebhook, driver_in: Callable[[str], DraDriver], client: KubeClient
 ) -> None:
     driver = driver_in("region")
-    driver.wait_published(client, {"dfl-fme-0"})
+    driver.wait_published(client, {"0000-10-00-0-region"})
     node = driver.node
     afu_id = node.layout.sys_dir / PORT_AFU_ID.removeprefix("/sys/")
     assert afu_id.read_text().strip() == NLB0, "the port must start on NLB0"
@@ -207,7 +207,7 @@ def test_region_function_name_without_a_claim_is_programmed_before_the_container
         container = pod["spec"]["containers"][0]
         assert container["resources"]["limits"] == {REGION_RESOURCE: "1"}, container["resources"]
         assert _class_of(claim) == region_class_name(IFACE)
-        assert allocated_devices(claim) == [f"{NODE}/dfl-fme-0"]
+        assert allocated_devices(claim) == [f"{NODE}/0000-10-00-0-region"]
         assert not claim["spec"]["devices"].get("config"), "the scheduler's claim names no function"
         assert "dfl-port.0" in pod_devices(node, name)
         lines = pod_log(node, "default", name).splitlines()

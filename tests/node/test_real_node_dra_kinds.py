@@ -84,16 +84,16 @@ pytestmark = pytest.mark.k8s
 NODE = KINDS_NODE_NAME
 DSA, SGX, DLB, NPU, QAT = "dsa.intel.com", "sgx.intel.com", "dlb.intel.com", "npu.intel.com", "qat.intel.com"
 FPGA, IAA = "fpga.intel.com", "iaa.intel.com"
-QAT_VFS = {"vf-0000-13-00-1": "0000:13:00.1", "vf-0000-13-00-2": "0000:13:00.2"}
+QAT_VFS = {"qatvf-0000-13-00-1": "0000:13:00.1", "qatvf-0000-13-00-2": "0000:13:00.2"}
 # Kind (deploy/dra/<kind>) -> its driver and the devices it publishes for the node.
 KINDS = {
-    "dsa": (DSA, {"dsa0-wq0-0", "dsa0-wq0-1"}),
+    "dsa": (DSA, {"0000-10-00-0-wq0", "0000-10-00-0-wq1"}),
     "sgx": (SGX, {"enclave", "provision"}),
-    "dlb": (DLB, {"dlb0"}),
-    "npu": (NPU, {"accel0"}),
+    "dlb": (DLB, {"0000-11-00-0"}),
+    "npu": (NPU, {"0000-12-00-0"}),
     "qat": (QAT, set(QAT_VFS)),
-    "fpga": (FPGA, {"dfl-fme-0"}),
-    "iaa": (IAA, {"iax1-wq1-0"}),
+    "fpga": (FPGA, {"0000-14-00-0-region"}),
+    "iaa": (IAA, {"0000-15-00-0-wq0"}),
 }
 # Arguments added to a kind's shipped ones: FPGA in region mode (the shipped mode is af).
 ARGS = {"fpga": ("-mode", "region")}
@@ -199,7 +199,7 @@ def test_dsa_shared_queue_serves_two_pods_and_dedicated_one_pod_only(
     with created(client, templates):
         try:
             shared = [_start(client, node, name, "dsa-shared")[1] for name in ("shared-a", "shared-b")]
-            assert [allocated_devices(c) for c in shared] == [[f"{NODE}/dsa0-wq0-1"]] * 2, (
+            assert [allocated_devices(c) for c in shared] == [[f"{NODE}/0000-10-00-0-wq1"]] * 2, (
                 "both claims of the shared class should hold the one shared queue"
             )
             share_ids = {c["status"]["allocation"]["devices"]["results"][0].get("shareID") for c in shared}
@@ -208,7 +208,7 @@ def test_dsa_shared_queue_serves_two_pods_and_dedicated_one_pod_only(
                 assert _extra_devices(node, name, baseline) == {"dsa/wq0.1", "char"}, f"devices in {name}"
 
             _, dedicated = _start(client, node, "dedicated-a", "dsa-dedicated")
-            assert allocated_devices(dedicated) == [f"{NODE}/dsa0-wq0-0"]
+            assert allocated_devices(dedicated) == [f"{NODE}/0000-10-00-0-wq0"]
             assert _extra_devices(node, "dedicated-a", baseline) == {"dsa/wq0.0", "char"}, (
                 "devices in dedicated-a"
             )
@@ -221,7 +221,7 @@ def test_dsa_shared_queue_serves_two_pods_and_dedicated_one_pod_only(
             delete_pod_and_claims(client, node, "dedicated-a", DRIVERS)
             wait_phase(client, node, "dedicated-b", ("Running",))
             (second,) = pod_claims(client, "dedicated-b")
-            assert allocated_devices(second) == [f"{NODE}/dsa0-wq0-0"]
+            assert allocated_devices(second) == [f"{NODE}/0000-10-00-0-wq0"]
         finally:
             for name in pods:
                 delete_pod_and_claims(client, node, name, DRIVERS)
@@ -272,12 +272,12 @@ def test_sgx_epc_requests_fit_until_the_nodes_epc_is_used_up(
 
 # Extended resource -> (the device that must serve it, the device nodes the container must get).
 EXTENDED = {
-    "dsa.intel.com/wq-user-dedicated": ("dsa0-wq0-0", {"dsa/wq0.0", "char"}),
-    "dsa.intel.com/wq-user-shared": ("dsa0-wq0-1", {"dsa/wq0.1", "char"}),
-    "iaa.intel.com/wq-user-dedicated": ("iax1-wq1-0", {"iax/wq1.0", "char"}),
+    "dsa.intel.com/wq-user-dedicated": ("0000-10-00-0-wq0", {"dsa/wq0.0", "char"}),
+    "dsa.intel.com/wq-user-shared": ("0000-10-00-0-wq1", {"dsa/wq0.1", "char"}),
+    "iaa.intel.com/wq-user-dedicated": ("0000-15-00-0-wq0", {"iax/wq1.0", "char"}),
     "sgx.intel.com/enclave": ("enclave", {"sgx_enclave"}),
-    "dlb.intel.com/pf": ("dlb0", {"dlb0"}),
-    "npu.intel.com/accel": ("accel0", {"accel/accel0"}),
+    "dlb.intel.com/pf": ("0000-11-00-0", {"dlb0"}),
+    "npu.intel.com/accel": ("0000-12-00-0", {"accel/accel0"}),
 }
 
 
@@ -304,7 +304,7 @@ def test_extended_resource_without_a_claim_is_served_by_dra(
 
 @pytest.mark.parametrize(
     ("class_name", "device", "path"),
-    [("pf.dlb.intel.com", "dlb0", "dlb0"), ("accel.npu.intel.com", "accel0", "accel/accel0")],
+    [("pf.dlb.intel.com", "0000-11-00-0", "dlb0"), ("accel.npu.intel.com", "0000-12-00-0", "accel/accel0")],
 )
 def test_claim_gets_exactly_its_device_node(
     drivers: dict[str, DraDriver],
@@ -416,7 +416,7 @@ def test_fpga_region_claim_programs_the_requested_function_before_the_container_
                 )
                 wait_phase(client, node, name, ("Running",))
                 (claim,) = pod_claims(client, name)
-                assert allocated_devices(claim) == [f"{NODE}/dfl-fme-0"]
+                assert allocated_devices(claim) == [f"{NODE}/0000-14-00-0-region"]
                 assert _extra_devices(node, name, baseline) == {"dfl-port.0"}, f"devices in {name}"
                 lines = pod_log(node, "default", name).splitlines()
                 assert f"afu {NLB3_AFU}" in lines, f"the container read another function first: {lines}"

@@ -171,6 +171,15 @@ def test_dra_drivers_share_one_process_with_each_kinds_flags_and_rights() -> Non
     (container,) = spec["containers"]
     args = container["args"]
     assert args.count("-cdi-root") == 1, "the shared flags are given once"
+    port = int(args[args.index("-healthcheck-port") + 1])
+    assert (
+        container["livenessProbe"]["grpc"]
+        == container["startupProbe"]["grpc"]
+        == {
+            "port": port,
+            "service": "liveness",
+        }
+    ), "one process, one liveness service for all its drivers"
     drivers = [shlex.split(args[i + 1]) for i, a in enumerate(args) if a == "--driver"]
     assert [d[0] for d in drivers] == ["qat", "fpga", "sgx"]
     assert drivers[1][1:] == ["-mode", "region"]

@@ -560,6 +560,11 @@ def test_every_kind_deploys_its_dra_driver_in_the_plugins_daemonset(kind: Device
     c = container(driver)
     assert (c["name"], c["command"]) == (f"intel-{kind.value}-dra-driver", [f"intel_{kind.value}_dra_driver"])
     assert c["args"][:2] == ["-v", "2"]
+    port = int(c["args"][c["args"].index("-healthcheck-port") + 1])
+    assert port == 51516, "Intel's DRA drivers' port"
+    assert c["ports"] == [{"name": "healthcheck", "containerPort": port}]
+    for probe in ("startupProbe", "livenessProbe"):
+        assert c[probe]["grpc"] == {"port": port, "service": "liveness"}, probe
     assert pod(driver)["serviceAccountName"] == DRA_SA
     assert driver["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
@@ -575,7 +580,7 @@ def test_qat_driver_gets_the_plugins_device_flags_and_init_container_without_vol
         DeviceKind.QAT,
         {"kernelVfDrivers": ["4xxxvf"], "maxNumDevices": 4, "initImage": INIT.format("qat-initcontainer")},
     )
-    assert container(ds)["args"][8:] == [
+    assert container(ds)["args"][10:] == [
         "-dpdk-driver",
         "vfio-pci",
         "-kernel-vf-drivers",

@@ -29,8 +29,10 @@ from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryW
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
+from intel_device_plugins.dra import intelcheckpoint
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError, forget_vanished, is_volatile
 from intel_device_plugins.dra.kubeletservice import KubeletService
+from intel_device_plugins.dra.liveness import LivenessServer
 from intel_device_plugins.dra.model import Inventory
 from intel_device_plugins.dra.profile import DriverProfile
 from intel_device_plugins.dra.publisher import SlicePublisher
@@ -67,6 +69,8 @@ class DriverConfig:
     withdraw_timeout: float = DEFAULT_WITHDRAW_TIMEOUT
     uevent_dir: Path | None = None
     """Simulated nodes: uevents from datagram sockets in this directory instead of the kernel."""
+    healthcheck_port: int = -1
+    """TCP port of the ``grpc.health.v1`` liveness service (:mod:`.liveness`); negative: none."""
 
 
 class SlicePublishing(Protocol):
@@ -361,6 +365,8 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: RestClient) 
         checkpoint = Checkpoint.for_driver(
             config.plugins_dir, driver, sync_appends=not is_volatile(config.cdi_root)
         )
+        # A node moving from Intel's DRA driver of the same name: its prepared claims become ours.
+        intelcheckpoint.take_over(config.plugins_dir, driver, checkpoint)
         try:
             checkpoint.update(lambda claims: forget_vanished(claims, config.cdi_root))
         except CheckpointError as error:
@@ -409,6 +415,13 @@ async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig,
     if not names or len(set(names)) != len(names):
         raise ValueError(f"drivers must be given once each and at least one: {', '.join(names) or 'none'}")
     builds = [api_parts(profile, config, client) for profile in profiles]
+    liveness = LivenessServer(
+        config.healthcheck_port,
+        [
+            SocketPaths.for_instance(config.registrar_dir, config.plugins_dir, name, config.instance_uid)
+            for name in names
+        ],
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -418,6 +431,7 @@ async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig,
     if hub is not None and not hub.start():
         log.info("%s: no kernel device events; scans follow inotify and the timer", ", ".join(names))
     try:
+        await liveness.start()
         drivers = [
             DraDriver(profile, config, build, hub) for profile, build in zip(profiles, builds, strict=True)
         ]
@@ -430,6 +444,7 @@ async def serve_drivers(profiles: Sequence[DriverProfile], config: DriverConfig,
             if isinstance(result, BaseException):
                 raise result
     finally:
+        await liveness.stop()
         if hub is not None:
             hub.close()
         for signum in (signal.SIGTERM, signal.SIGINT):

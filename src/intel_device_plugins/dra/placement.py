@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT, AttributeValue
 
@@ -44,7 +45,8 @@ NUMA_NODE = "numaNode"
 """In the driver's domain, as the drivers first published it (selectors written for it keep working)."""
 STANDARD_NUMA_NODE = "resource.kubernetes.io/numaNode"
 """Kubernetes 1.37's standard attribute, for ``matchAttribute`` across drivers (a GPU and a NIC on one
-node); a device without NUMA affinity publishes neither."""
+node); a device without NUMA affinity publishes neither here, and its driver then gives it
+``numaNode: -1`` (:data:`PLACEMENT_DEFAULTS`) so selectors on it never fail."""
 
 
 def numa_attributes(numa_nodes: tuple[int, ...]) -> dict[str, AttributeValue]:
@@ -62,3 +64,32 @@ def placement_attributes(
     ``numa_nodes`` comes from the discovery that found the device, which already looked it up.
     """
     return {**pci_attributes(prefix, device_dir), **numa_attributes(numa_nodes)}
+
+
+def pci_device_name(bus_id: str, child: str = "") -> str:
+    """A device's name from the PCI function it is (``0000:6d:00.1`` → ``0000-6d-00-1``) or hangs off,
+    with ``child`` naming the part of that function (``wq1`` → ``0000-6a-01-0-wq1``).
+
+    PCI addresses survive reboots and driver reloads where kernel names (``dlb0``, ``dsa0``,
+    ``intel-fpga-port.2``) are numbered in probe order, so a DeviceTaintRule or a script naming a device
+    keeps meaning the same device. The form is Intel's QAT and GPU drivers' (``:`` and ``.`` turned into
+    ``-``, a DNS label).
+    """
+    name = bus_id.replace(":", "-").replace(".", "-")
+    return f"{name}-{child}" if child else name
+
+
+def stable_name(attributes: Mapping[str, AttributeValue], fallback: str, child: str = "") -> str:
+    """:func:`pci_device_name` of the device's ``pciBusID`` attribute, or ``fallback`` (its kernel name)
+    when its sysfs path does not lead to a PCI function (the name is then only as stable as the kernel's)."""
+    bus_id = attributes.get(STANDARD_PCI_BUS_ID)
+    if not isinstance(bus_id, str):
+        return fallback
+    return pci_device_name(bus_id, child)
+
+
+NO_NUMA_NODE = -1
+"""``numaNode`` of a device without one NUMA node (Linux's own ``numa_node`` value for "none")."""
+PLACEMENT_DEFAULTS: Mapping[str, AttributeValue] = {NUMA_NODE: NO_NUMA_NODE}
+"""The driver-domain placement attributes every device carries (:mod:`intel_device_plugins.dra.uniform`);
+the standard ones stay absent where they do not apply."""

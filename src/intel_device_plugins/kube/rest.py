@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import ssl
@@ -432,6 +433,37 @@ def _api_error(head: _Head, body: bytes) -> ApiError:
     return ApiError(head.status, body[:200].decode("utf-8", "replace") or head.reason, head.reason)
 
 
+class RateLimit:
+    """Client-side request rate limit, a token bucket as client-go's (``QPS``, ``Burst``): up to ``burst``
+    requests at once, then ``qps`` a second. A request waits for its token; none is refused."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if not qps > 0 or not math.isfinite(qps):
+            raise ValueError(f"QPS {qps} is not a positive number")
+        if burst < 1:
+            raise ValueError(f"burst {burst} is not a positive number")
+        self.qps = qps
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._updated = clock()
+        self._lock = asyncio.Lock()
+
+    def delay(self) -> float:
+        """Take one token; the seconds to wait before using it (0 when one was there)."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.qps)
+        self._updated = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    async def wait(self) -> None:
+        async with self._lock:  # callers go in order, each after the one before it
+            wait = self.delay()
+            if wait > 0:
+                await asyncio.sleep(wait)
+
+
 class RestClient:
     """JSON objects over HTTPS: unary calls share a few kept-alive connections, each watch has its own."""
 
@@ -443,8 +475,10 @@ class RestClient:
         timeout_s: float = REQUEST_TIMEOUT_S,
         context: ssl.SSLContext | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self._config = config
+        self._rate_limit = rate_limit
         self._max_body = max_body_bytes
         self._ssl = context or tls_context(config)
         self._field_manager = field_manager
@@ -492,6 +526,8 @@ class RestClient:
         return (lines + "\r\n").encode() + (body or b"")
 
     async def _call(self, method: str, target: str, body: bytes | None = None) -> Any:
+        if self._rate_limit is not None:
+            await self._rate_limit.wait()
         request = self._request(method, target, body)
         async with asyncio.timeout(self._timeout_s), self._slots:
             for attempt in (0, 1):
@@ -599,6 +635,8 @@ class RestClient:
             labelSelector=selector(labels),
             fieldSelector=selector(fields),
         )
+        if self._rate_limit is not None:
+            await self._rate_limit.wait()
         connection = await asyncio.wait_for(self._connect(), self._timeout_s)
         try:
             async with asyncio.timeout(self._timeout_s):

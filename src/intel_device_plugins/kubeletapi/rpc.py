@@ -215,6 +215,18 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (info.st_dev, info.st_ino)
 
 
+def _server(handlers: Handlers, calls: Calls) -> Server:
+    """A grpclib server for ``handlers``; built on the running loop (grpclib takes the current loop
+    when constructed)."""
+    return Server(
+        [_Servable(_counted(handlers, calls))],
+        codec=MessageCodec(),
+        config=Configuration(
+            http2_connection_window_size=WINDOW_BYTES, http2_stream_window_size=WINDOW_BYTES
+        ),
+    )
+
+
 class UnixServer:
     """One grpclib server on one unix socket; the socket file is this instance's and goes with it."""
 
@@ -228,14 +240,7 @@ class UnixServer:
     async def start(self) -> None:
         """Listen; an ``OSError`` naming the socket's path when that cannot be done (``bind`` errors
         name nothing, so a read-only directory would otherwise be a bare ``Read-only file system``)."""
-        # Built here, on the running loop (grpclib takes the current loop when constructed).
-        server = Server(
-            [_Servable(_counted(self._handlers, self._calls))],
-            codec=MessageCodec(),
-            config=Configuration(
-                http2_connection_window_size=WINDOW_BYTES, http2_stream_window_size=WINDOW_BYTES
-            ),
-        )
+        server = _server(self._handlers, self._calls)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
             remove_socket(self.path)  # a stale file of this same instance (a restart keeps the pod UID)
@@ -254,6 +259,30 @@ class UnixServer:
         if self._socket is not None and _identity(self.path) == self._socket:
             remove_socket(self.path)
         self._socket = None
+        if self._server is None:
+            return
+        await self._calls.drained(grace)
+        self._server.close()
+        await self._server.wait_closed()
+        self._server = None
+
+
+class TcpServer:
+    """One grpclib server on a TCP port of every address of the pod (the liveness probe's server)."""
+
+    def __init__(self, port: int, handlers: Handlers, host: str | None = None) -> None:
+        self.port = port
+        self.host = host
+        self._handlers = handlers
+        self._calls = Calls()
+        self._server: Server | None = None
+
+    async def start(self) -> None:
+        server = _server(self._handlers, self._calls)
+        await server.start(host=self.host, port=self.port)
+        self._server = server
+
+    async def stop(self, grace: float) -> None:
         if self._server is None:
             return
         await self._calls.drained(grace)

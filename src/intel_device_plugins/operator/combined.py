@@ -27,6 +27,7 @@ from intel_device_plugins.operator.daemonset import (
     Owner,
     desired_daemonset,
     dra_kind_args,
+    dra_probes,
     dra_shared_args,
     node_selector,
     plugin_args,
@@ -234,6 +235,7 @@ def combined_dra_daemonset(
         "imagePullPolicy": "IfNotPresent",
         "command": [COMBINED_DRA_COMMAND],
         "args": combined_dra_args([m.spec for m in members]),
+        **dra_probes(),
         "env": merged.env,
         "securityContext": first["securityContext"],
         "resources": {

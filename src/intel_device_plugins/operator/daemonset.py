@@ -22,6 +22,7 @@ from intel_device_plugins.operator.kinds import API_VERSION, DeviceKind
 from intel_device_plugins.operator.pod import (
     CDI_DIR,
     DEFAULT_NODE_SELECTOR,
+    DRA_HEALTHCHECK_PORT,
     DRA_MOUNTS,
     DRA_PLUGINS_DIR,
     DRA_REGISTRAR_DIR,
@@ -109,7 +110,22 @@ def dra_shared_args(log_level: int) -> list[str]:
         DRA_REGISTRAR_DIR,
         flagnames.flag(flagnames.DRA_PLUGINS_DIR),
         DRA_PLUGINS_DIR,
+        flagnames.flag(flagnames.DRA_HEALTHCHECK_PORT),
+        str(DRA_HEALTHCHECK_PORT),
     ]
+
+
+def dra_probes(port: int = DRA_HEALTHCHECK_PORT) -> JSON:
+    """The driver container's port and its startup and liveness probes: the kubelet's own grpc probe of
+    the driver's ``grpc.health.v1`` service (``liveness``), which is serving while the driver answers on
+    its kubelet sockets. Startup allows ten minutes (a first scan, a slow API server); then three missed
+    checks 30 s apart restart the pod. Intel's DRA drivers probe the same way."""
+    probe = {"grpc": {"port": port, "service": "liveness"}, "timeoutSeconds": 10}
+    return {
+        "ports": [{"name": "healthcheck", "containerPort": port}],
+        "startupProbe": {**probe, "failureThreshold": 60, "periodSeconds": 10},
+        "livenessProbe": {**probe, "failureThreshold": 3, "periodSeconds": 30},
+    }
 
 
 def dra_kind_args(spec: AnySpec) -> list[str]:
@@ -138,6 +154,7 @@ def dra_container(spec: AnySpec) -> JSON:
         "imagePullPolicy": "IfNotPresent",
         "command": [images.dra_driver_command(kind)],
         "args": dra_args(spec),
+        **dra_probes(),
         "env": [node_name_env(), pod_uid_env()],
         # The host's /dev is mounted read-only over the container's: the kubelet's default
         # /dev/termination-log could not be created there and the container would never start.

@@ -71,6 +71,8 @@ gRPC servers; the limit keeps the plugin's twice-the-request headroom."""
 DRA_REGISTRAR_DIR: Final = "/var/lib/kubelet/plugins_registry"
 DRA_PLUGINS_DIR: Final = "/var/lib/kubelet/plugins"
 CDI_DIR: Final = "/var/run/cdi"
+DRA_HEALTHCHECK_PORT: Final = 51516
+"""The DRA drivers' liveness port (``-healthcheck-port``), Intel's DRA drivers' own."""
 
 DRA_MOUNTS: Final = (
     # The kubelet's plugin watcher finds the driver's registration socket here.

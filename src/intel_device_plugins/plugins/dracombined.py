@@ -6,8 +6,9 @@ As ``intel_device_plugins`` does for device plugins, one event loop serves any s
 
 Each ``--driver`` value is a kind followed by that kind's own flags, exactly as its standalone
 ``intel_<kind>_dra_driver`` takes them. The shared DRA flags (``-node-name``, ``-cdi-root``, the kubelet
-directories, ``-kubeconfig``, ``-pod-uid``, ``-prefix``, ``-scan-interval``, ``-uevent-dir``, ``-v``) are
-given once, for all. Every driver keeps its own name, registration socket, kubelet service and
+directories, ``-kubeconfig``, ``-kube-api-qps``, ``-kube-api-burst``, ``-healthcheck-port``, ``-pod-uid``,
+``-prefix``, ``-scan-interval``, ``-uevent-dir``, ``-v``) are given once, for all; one liveness service
+covers every driver of the process. Every driver keeps its own name, registration socket, kubelet service and
 ResourceSlices; the process shares the interpreter, the API client and the uevent source.
 """
 

@@ -40,6 +40,7 @@ SGX_DCAP_INFRA_RESOURCES: Final = "dcap-infra-resources"
 DRA_CDI_ROOT: Final = "cdi-root"
 DRA_REGISTRAR_DIR: Final = "kubelet-registrar-directory-path"
 DRA_PLUGINS_DIR: Final = "kubelet-plugins-directory-path"
+DRA_HEALTHCHECK_PORT: Final = "healthcheck-port"
 
 
 def flag(name: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from intel_device_plugins.dra.placement import pci_device_name
 from intel_device_plugins.sim import dlb, fpga, idxd, npu, qat
 from intel_device_plugins.sim.fakefs import FakeTree
 from k8stest.kubeclient import JSON, ApiError, KubeClient, wait_for
@@ -211,7 +212,7 @@ def _plug_queue(tree: FakeTree, kind: str, prefix: str) -> HotPlugged:
     queue = idxd.add_work_queue(tree, accelerator, prefix, 0, mode="dedicated")
     return HotPlugged(
         kind,
-        f"{accelerator.name}-{queue.replace('.', '-')}",
+        pci_device_name(accelerator.address, f"wq{queue.rsplit('.', 1)[1]}"),
         accelerator.address,
         frozenset({f"{prefix}/{queue}", "char"}),
         partial(idxd.remove_accelerator, tree, accelerator, prefix),
@@ -222,7 +223,7 @@ def _plug_dlb(tree: FakeTree) -> HotPlugged:
     device = dlb.add_dlb(tree)
     return HotPlugged(
         "dlb",
-        device.name,
+        pci_device_name(device.address),
         device.address,
         frozenset({device.name}),
         partial(dlb.remove_dlb, tree, device.name),
@@ -233,7 +234,7 @@ def _plug_npu(tree: FakeTree) -> HotPlugged:
     device = npu.add_npu(tree)
     return HotPlugged(
         "npu",
-        device.name,
+        pci_device_name(device.address),
         device.address,
         frozenset({f"accel/{device.name}"}),
         partial(npu.remove_npu, tree, device.name),
@@ -244,7 +245,7 @@ def _plug_qat(tree: FakeTree) -> HotPlugged:
     pf = qat.add_pf(tree, vfs=1)
     (vf,) = pf.vfs
     group = qat.vfio_node_name(tree, tree.sysfs_of(vf))
-    name = "vf-" + vf.replace(":", "-").replace(".", "-")
+    name = "qatvf-" + pci_device_name(vf)
     return HotPlugged(
         "qat", name, vf, frozenset({f"vfio/{group}", "vfio/vfio"}), partial(qat.remove_pf, tree, pf)
     )
@@ -257,7 +258,7 @@ def _plug_fpga(tree: FakeTree) -> HotPlugged:
     (port,) = card.ports
     return HotPlugged(
         "fpga",
-        card.fme.replace(".", "-"),
+        pci_device_name(card.address, "region"),
         card.address,
         frozenset({port.name}),
         partial(fpga.remove_fpga, tree, card),

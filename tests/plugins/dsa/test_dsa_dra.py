@@ -6,7 +6,14 @@ import os
 from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import Health
-from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT, AllocatedDevice
+from intel_device_plugins.dra.model import (
+    STANDARD_PCI_BUS_ID,
+    STANDARD_PCIE_ROOT,
+    AllocatedDevice,
+    Device,
+    Inventory,
+)
+from intel_device_plugins.dra.placement import pci_device_name
 from intel_device_plugins.plugins.idxd.discovery import DSA, IAA
 from intel_device_plugins.plugins.idxd.dra import (
     DSA_DEVICE_CLASSES,
@@ -18,12 +25,24 @@ from intel_device_plugins.plugins.idxd.plugin import WorkQueuePlugin
 from tests.builders import two_socket_node as node
 
 
+def by_kernel_name(inventory: Inventory) -> dict[str, Device]:
+    """The queues keyed ``dsa0-wq0-1`` after the kernel's names, which the ``device`` and ``queue``
+    attributes keep; the device names are PCI-based."""
+    return {
+        f"{device.attributes['device']}-{str(device.attributes['queue']).replace('.', '-')}": device
+        for device in inventory.devices
+    }
+
+
 def test_user_queues_become_devices_with_their_settings(tmp_path: Path) -> None:
     node(tmp_path, "[[dsa]]\ncount = 2\nwqs = 2\nnuma_node = 1\nwq_mode = 'mixed'\n")
     inventory = scan_queue_devices(str(tmp_path), DSA)
     assert inventory.problems == ()
-    devices = inventory.by_name()
+    devices = by_kernel_name(inventory)
     assert sorted(devices) == ["dsa0-wq0-0", "dsa0-wq0-1", "dsa1-wq1-0", "dsa1-wq1-1"]
+    for kernel_name, device in devices.items():
+        queue = kernel_name.rsplit("-", 1)[1]
+        assert device.name == pci_device_name(str(device.attributes[STANDARD_PCI_BUS_ID]), f"wq{queue}")
     modes = {name: device.attributes["mode"] for name, device in devices.items()}
     assert set(modes.values()) == {"dedicated", "shared"}
     for device in devices.values():
@@ -55,7 +74,7 @@ def test_kernel_queues_are_not_published_and_iaa_uses_its_own_driver_name(tmp_pa
     assert scan_queue_devices(str(tmp_path), DSA).devices == ()
     profile = WorkQueueDriverProfile(IAA, str(tmp_path))
     assert profile.driver_name == "iaa.intel.com"
-    assert [d.name for d in profile.scan().devices] == ["iax0-wq0-0"]
+    assert list(by_kernel_name(profile.scan())) == ["iax0-wq0-0"]
 
 
 def test_a_queue_whose_node_fails_the_checks_is_published_unhealthy_with_the_reason(tmp_path: Path) -> None:
@@ -73,12 +92,13 @@ def test_claim_edits_give_each_allocated_queue_its_nodes(tmp_path: Path) -> None
     profile = WorkQueueDriverProfile(DSA, str(tmp_path))
     devices = profile.scan().by_name()
     allocated = [
-        (AllocatedDevice("wq", "node-a", name), devices[name]) for name in ("dsa0-wq0-1", "dsa0-wq0-0")
+        (AllocatedDevice("wq", "node-a", name), devices[name])
+        for name in ("0000-10-00-0-wq1", "0000-10-00-0-wq0")
     ]
     edits = profile.claim_edits("uid-1", allocated)
     assert [edit.qualified_name for edit in edits] == [
-        "k8s.dsa.intel.com/claim=uid-1-dsa0-wq0-1",
-        "k8s.dsa.intel.com/claim=uid-1-dsa0-wq0-0",
+        "k8s.dsa.intel.com/claim=uid-1-0000-10-00-0-wq1",
+        "k8s.dsa.intel.com/claim=uid-1-0000-10-00-0-wq0",
     ]
     assert edits[0].nodes[0].container_path.endswith("/dev/dsa/wq0.1")
 

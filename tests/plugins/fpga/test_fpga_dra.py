@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.dra.model import STANDARD_PCIE_ROOT, AllocatedDevice
+from intel_device_plugins.dra.model import (
+    STANDARD_PCI_BUS_ID,
+    STANDARD_PCIE_ROOT,
+    AllocatedDevice,
+    Device,
+    Inventory,
+)
+from intel_device_plugins.dra.placement import pci_device_name
 from intel_device_plugins.dra.profile import ClaimPreparationError
 from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH, Mode
 from intel_device_plugins.plugins.fpga.dra import FpgaDriverProfile
@@ -17,13 +24,21 @@ from tests.builders import two_socket_node as node
 NODE = "[[fpga]]\ncount = 2\nports = 1\nnuma_node = 1\n"
 
 
+def by_kernel_name(inventory: Inventory, attribute: str) -> dict[str, Device]:
+    """The devices keyed by the kernel's name for them (``dfl-port-0``, ``dfl-fme-1``), which the
+    ``port``/``fme`` attribute keeps; the device names are PCI-based."""
+    return {str(device.attributes[attribute]): device for device in inventory.devices}
+
+
 def test_af_mode_publishes_each_port_with_its_ids(tmp_path: Path) -> None:
     node(tmp_path, NODE)
     inventory = FpgaDriverProfile(str(tmp_path), Mode.AF).scan()
     assert inventory.problems == ()
-    devices = inventory.by_name()
+    devices = by_kernel_name(inventory, "port")
     assert sorted(devices) == ["dfl-port-0", "dfl-port-1"]
     port = devices["dfl-port-0"]
+    assert port.name == pci_device_name(str(port.attributes[STANDARD_PCI_BUS_ID]), "port0")
+    assert port.attributes["region"] != devices["dfl-port-1"].attributes["region"]
     assert port.attributes["interfaceId"] == ARRIA10_INTERFACE.replace("-", "")
     assert port.attributes["afuId"] == NLB0_AFU.replace("-", "")
     assert port.attributes["numaNode"] == 1
@@ -31,18 +46,19 @@ def test_af_mode_publishes_each_port_with_its_ids(tmp_path: Path) -> None:
     assert port.cdi is not None and port.cdi.create_runtime_hooks == ()
 
 
-def region_claim(profile: FpgaDriverProfile, device: str, *config: dict[str, object]) -> AllocatedDevice:
-    return AllocatedDevice("fpga", "node", device, config=tuple(json.dumps(c) for c in config))
+def region_claim(profile: FpgaDriverProfile, device: Device, *config: dict[str, object]) -> AllocatedDevice:
+    return AllocatedDevice("fpga", "node", device.name, config=tuple(json.dumps(c) for c in config))
 
 
 def test_region_mode_prepares_the_hook_and_the_requested_function(tmp_path: Path) -> None:
     node(tmp_path, NODE)
     profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
-    devices = profile.scan().by_name()
+    devices = by_kernel_name(profile.scan(), "fme")
     assert sorted(devices) == ["dfl-fme-0", "dfl-fme-1"]
     region = devices["dfl-fme-1"]
+    assert region.name == pci_device_name(str(region.attributes[STANDARD_PCI_BUS_ID]), "region")
     claim = region_claim(
-        profile, "dfl-fme-1", {"afuId": "AAAA-bbbb"}, {"afuId": "d8424dc4a4a3c413f89e433683f9040b"}
+        profile, region, {"afuId": "AAAA-bbbb"}, {"afuId": "d8424dc4a4a3c413f89e433683f9040b"}
     )
     (edit,) = profile.claim_edits("u", [(claim, region)])
     assert edit.create_runtime_hooks == (CRI_HOOK_PATH,)
@@ -66,9 +82,9 @@ def test_region_claims_without_a_usable_function_fail_naming_the_request(
 ) -> None:
     node(tmp_path, NODE)
     profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
-    region = profile.scan().by_name()["dfl-fme-0"]
+    region = by_kernel_name(profile.scan(), "fme")["dfl-fme-0"]
     with pytest.raises(ClaimPreparationError, match=message):
-        profile.claim_edits("u", [(region_claim(profile, "dfl-fme-0", *config), region)])
+        profile.claim_edits("u", [(region_claim(profile, region, *config), region)])
 
 
 def test_region_claim_naming_no_function_leaves_it_to_the_containers_variables(tmp_path: Path) -> None:
@@ -77,9 +93,9 @@ def test_region_claim_naming_no_function_leaves_it_to_the_containers_variables(t
     regions, one configured, sets the pair of that one only."""
     node(tmp_path, NODE)
     profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
-    devices = profile.scan().by_name()
-    plain = region_claim(profile, "dfl-fme-0")
-    configured = region_claim(profile, "dfl-fme-1", {"afuId": NLB0_AFU})
+    devices = by_kernel_name(profile.scan(), "fme")
+    plain = region_claim(profile, devices["dfl-fme-0"])
+    configured = region_claim(profile, devices["dfl-fme-1"], {"afuId": NLB0_AFU})
     first, second = profile.claim_edits(
         "u", [(plain, devices["dfl-fme-0"]), (configured, devices["dfl-fme-1"])]
     )
@@ -93,6 +109,6 @@ def test_region_claim_naming_no_function_leaves_it_to_the_containers_variables(t
 
 def test_regiondevel_gives_the_fme_node_and_no_hook(tmp_path: Path) -> None:
     node(tmp_path, NODE)
-    region = FpgaDriverProfile(str(tmp_path), Mode.REGIONDEVEL).scan().by_name()["dfl-fme-0"]
+    region = by_kernel_name(FpgaDriverProfile(str(tmp_path), Mode.REGIONDEVEL).scan(), "fme")["dfl-fme-0"]
     assert region.cdi is not None and region.cdi.create_runtime_hooks == ()
     assert any("fme" in n.host_path for n in region.cdi.nodes)

@@ -8,6 +8,7 @@ from pathlib import Path
 from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.dra.classes import device_class
 from intel_device_plugins.dra.model import STANDARD_PCI_BUS_ID
+from intel_device_plugins.dra.placement import pci_device_name
 from intel_device_plugins.plugins.npu.dra import NPU_DEVICE_CLASSES, NpuDriverProfile
 from tests.builders import two_socket_node as node
 
@@ -15,9 +16,10 @@ from tests.builders import two_socket_node as node
 def test_each_npu_is_a_device_with_its_id_and_placement(tmp_path: Path) -> None:
     node(tmp_path, "[[npu]]\ncount = 2\nnuma_node = 1\ndevice_id = '0x643e'\n[[npu]]\nvendor = '0x1002'\n")
     inventory = NpuDriverProfile(str(tmp_path)).scan()
-    devices = inventory.by_name()
+    devices = {str(device.attributes["node"]): device for device in inventory.devices}
     assert sorted(devices) == ["accel0", "accel1"]
     first = devices["accel0"]
+    assert first.name == pci_device_name(str(first.attributes[STANDARD_PCI_BUS_ID]))
     assert first.attributes["pciId"] == "0x643e"
     assert first.attributes["numaNode"] == 1
     assert first.attributes[STANDARD_PCI_BUS_ID] != devices["accel1"].attributes[STANDARD_PCI_BUS_ID]

@@ -20,7 +20,8 @@ def test_the_enclave_device_carries_the_sum_of_the_numa_nodes_epc(tmp_path: Path
     assert epc.value == "2Gi"
     assert epc.request_policy is not None and epc.request_policy.valid_range_step == "4Ki"
     assert all(device.allow_multiple_allocations for device in devices.values())
-    assert devices["provision"].capacity == {}
+    provision_capacity = {name: c.value for name, c in devices["provision"].capacity.items()}
+    assert provision_capacity == {"epc": "0"}, "no EPC of its own"
     assert devices["enclave"].cdi is not None
     assert devices["enclave"].cdi.nodes[0].host_path == f"{tmp_path}/dev/sgx_enclave"
 

@@ -1,6 +1,8 @@
 """DLB as a DRA driver (``dlb.intel.com``): PFs and VFs, on the plugin's own discovery.
 
-Each usable ``/dev/dlbN`` is one device named ``dlbN`` with its role (``pf`` or ``vf``, as the plugin's
+Each usable ``/dev/dlbN`` is one device named after its PCI function (``0000-6d-00-1``, which the
+kernel's ``dlbN`` numbering is not stable enough to be; ``dlbN`` when the function cannot be found)
+with its kernel name (``node``), its role (``pf`` or ``vf``, as the plugin's
 resources) and placement as attributes; a PF with VFs enabled stays unpublished, as in the plugin,
 since its VFs are the usable devices. The classes ``pf.dlb.intel.com`` and ``vf.dlb.intel.com`` map
 the plugin's ``dlb.intel.com/pf`` and ``dlb.intel.com/vf``.
@@ -14,9 +16,10 @@ from pathlib import Path
 
 from intel_device_plugins.deviceplugin.model import CdiDevice
 from intel_device_plugins.dra.classes import DeviceClassSpec
-from intel_device_plugins.dra.model import AllocatedDevice, Device, Inventory
-from intel_device_plugins.dra.placement import placement_attributes
+from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
+from intel_device_plugins.dra.placement import PLACEMENT_DEFAULTS, placement_attributes, stable_name
 from intel_device_plugins.dra.profile import default_claim_edits
+from intel_device_plugins.dra.uniform import with_defaults
 from intel_device_plugins.plugins.dlb.discovery import NAMESPACE, PF, VF, scan_dlb
 
 
@@ -27,20 +30,24 @@ def scan_dlb_devices(root: Path) -> Inventory:
     devices: list[Device] = []
     for role, entries in discovery.tree.items():
         for container_path, info in entries.items():
-            name = container_path.rsplit("/", 1)[1]
+            node = container_path.rsplit("/", 1)[1]
+            attributes: dict[str, AttributeValue] = {
+                "role": role,
+                "node": node,
+                **placement_attributes(prefix, f"/sys/class/dlb2/{node}/device", info.numa_nodes),
+            }
+            name = stable_name(attributes, node)
             devices.append(
                 Device(
                     name=name,
-                    attributes={
-                        "role": role,
-                        **placement_attributes(prefix, f"/sys/class/dlb2/{name}/device", info.numa_nodes),
-                    },
+                    attributes=attributes,
                     cdi=CdiDevice(kind=f"{NAMESPACE}/dlb", name=name, nodes=info.nodes),
                     health=info.health,
                 )
             )
-    devices.sort(key=lambda device: int(device.name[3:]))
-    return Inventory(devices=tuple(devices), problems=discovery.problems)
+    devices.sort(key=lambda device: device.name)
+    inventory = Inventory(devices=tuple(devices), problems=discovery.problems)
+    return with_defaults(inventory, PLACEMENT_DEFAULTS)
 
 
 DLB_DEVICE_CLASSES = tuple(

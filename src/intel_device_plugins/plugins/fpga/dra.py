@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,14 +30,21 @@ from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.deviceplugin.topology import TopologyError
 from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
-from intel_device_plugins.dra.placement import placement_attributes
+from intel_device_plugins.dra.placement import (
+    PLACEMENT_DEFAULTS,
+    pci_attributes_of_path,
+    placement_attributes,
+    stable_name,
+)
 from intel_device_plugins.dra.profile import ClaimPreparationError, default_claim_edits
+from intel_device_plugins.dra.uniform import with_defaults
 from intel_device_plugins.plugins.fpga.bitstream import canonical_id, is_safe_id
 from intel_device_plugins.plugins.fpga.crihook import AFU_PREFIX, REGION_PREFIX
 from intel_device_plugins.plugins.fpga.discovery import (
     CRI_HOOK_PATH,
     NAMESPACE,
     UNUSABLE_ID,
+    Fme,
     Mode,
     Port,
     discover_fpgas,
@@ -73,21 +81,28 @@ def _placement(prefix: str, ports: Sequence[Port], numa: NumaCache) -> dict[str,
 
 
 def port_devices(prefix: str, ports: Sequence[Port], numa: NumaCache) -> list[Device]:
+    """One device per port, named ``<PCI function>-port<k>`` (``0000-5e-00-0-port0``), ``k`` counting the
+    function's ports in the kernel's order; the kernel's ``intel-fpga-port.N`` numbering follows probe
+    order, so it is only the name of a port whose PCI function cannot be found."""
     devices = []
+    per_function: dict[str, int] = {}
     for port in ports:
         unusable = port.afu_id == UNUSABLE_ID
+        index = per_function.get(port.pci_dir, 0)
+        per_function[port.pci_dir] = index + 1
+        attributes: dict[str, AttributeValue] = {
+            INTERFACE_ATTRIBUTE: port.fme.interface_id,
+            AFU_ATTRIBUTE: port.afu_id,
+            PORT_REGION_ATTRIBUTE: region_name(prefix, port.fme),
+            "port": dns_label(port.name),
+            **_placement(prefix, (port,), numa),
+        }
+        name = stable_name(attributes, dns_label(port.name), child=f"port{index}")
         devices.append(
             Device(
-                name=dns_label(port.name),
-                attributes={
-                    INTERFACE_ATTRIBUTE: port.fme.interface_id,
-                    AFU_ATTRIBUTE: port.afu_id,
-                    PORT_REGION_ATTRIBUTE: dns_label(port.fme.name),
-                    **_placement(prefix, (port,), numa),
-                },
-                cdi=CdiDevice(
-                    kind=f"{NAMESPACE}/port", name=dns_label(port.name), nodes=(_port_node(prefix, port),)
-                ),
+                name=name,
+                attributes=attributes,
+                cdi=CdiDevice(kind=f"{NAMESPACE}/port", name=name, nodes=(_port_node(prefix, port),)),
                 health=Health.UNHEALTHY if unusable else Health.HEALTHY,
                 health_message=f"{port.name} reports no usable function (being reprogrammed, or failed)"
                 if unusable
@@ -97,6 +112,13 @@ def port_devices(prefix: str, ports: Sequence[Port], numa: NumaCache) -> list[De
     return devices
 
 
+def region_name(prefix: str, fme: Fme) -> str:
+    """``<PCI function>-region`` for the FME of the card's physical function (``0000-5e-00-0-region``),
+    or the FME's kernel name (``dfl-fme-0``) when no PCI function holds it."""
+    found = pci_attributes_of_path(fme.sysfs_dir, os.path.realpath(prefix + "/sys/devices"))
+    return stable_name(found, dns_label(fme.name), child="region")
+
+
 def region_devices(prefix: str, ports: Sequence[Port], numa: NumaCache, devel: bool) -> list[Device]:
     regions: dict[str, list[Port]] = {}
     for port in ports:
@@ -104,28 +126,30 @@ def region_devices(prefix: str, ports: Sequence[Port], numa: NumaCache, devel: b
     devices = []
     for name, members in regions.items():
         fme = members[0].fme
+        device_name = region_name(prefix, fme)
         nodes = tuple(_port_node(prefix, port) for port in members)
         if devel:
             cdi = CdiDevice(
                 kind=f"{NAMESPACE}/region",
-                name=dns_label(name),
+                name=device_name,
                 nodes=(*nodes, DeviceNode(fme.node, fme.node, "rw")),
             )
         else:
             cdi = CdiDevice(
                 kind=f"{NAMESPACE}/region",
-                name=dns_label(name),
+                name=device_name,
                 nodes=nodes,
                 create_runtime_hooks=(CRI_HOOK_PATH,),
             )
         unusable = fme.interface_id == UNUSABLE_ID
         devices.append(
             Device(
-                name=dns_label(name),
+                name=device_name,
                 attributes={
                     INTERFACE_ATTRIBUTE: fme.interface_id,
                     AFU_ATTRIBUTE: members[0].afu_id,
                     REGION_PORTS_ATTRIBUTE: len(members),
+                    "fme": dns_label(name),
                     **_placement(prefix, members, numa),
                 },
                 cdi=cdi,
@@ -187,7 +211,8 @@ class FpgaDriverProfile:
             devices = port_devices(prefix, inventory.ports, self.plugin.numa)
         else:
             devices = region_devices(prefix, inventory.ports, self.plugin.numa, self.mode is Mode.REGIONDEVEL)
-        return Inventory(devices=tuple(devices), problems=inventory.problems)
+        found = Inventory(devices=tuple(devices), problems=inventory.problems)
+        return with_defaults(found, PLACEMENT_DEFAULTS)
 
     def watch_paths(self) -> Sequence[Path]:
         return self.plugin.watch_paths()

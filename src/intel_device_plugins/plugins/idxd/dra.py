@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,8 +19,9 @@ from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Healt
 from intel_device_plugins.deviceplugin.topology import TopologyError, numa_nodes_of
 from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
-from intel_device_plugins.dra.placement import placement_attributes
+from intel_device_plugins.dra.placement import PLACEMENT_DEFAULTS, placement_attributes, stable_name
 from intel_device_plugins.dra.profile import default_claim_edits
+from intel_device_plugins.dra.uniform import with_defaults
 from intel_device_plugins.plugins.idxd.discovery import (
     DSA,
     IAA,
@@ -35,9 +36,20 @@ from intel_device_plugins.sysfs import prefixed
 log = logging.getLogger(__name__)
 
 
-def device_name(queue: WorkQueue) -> str:
-    """``dsa0`` + ``wq0.1`` → ``dsa0-wq0-1`` (a DNS label: no dots)."""
+def kernel_name(queue: WorkQueue) -> str:
+    """``dsa0`` + ``wq0.1`` → ``dsa0-wq0-1`` (a DNS label: no dots): the name when the accelerator's PCI
+    function cannot be found."""
     return f"{queue.device}-{queue.name.replace('.', '-')}"
+
+
+def device_name(queue: WorkQueue, attributes: Mapping[str, AttributeValue]) -> str:
+    """``0000-6a-01-0-wq1`` for queue 1 of the accelerator at ``0000:6a:01.0``: the PCI address stays
+    where the kernel's ``dsa<N>`` numbering follows probe order (:func:`kernel_name` without one)."""
+    return stable_name(attributes, kernel_name(queue), child=f"wq{queue.name.rsplit('.', 1)[-1]}")
+
+
+QUEUE_DEFAULTS: Mapping[str, AttributeValue] = {"size": 0, "priority": 0, **PLACEMENT_DEFAULTS}
+"""What a queue whose ``size`` or ``priority`` cannot be read publishes, so selectors on them never fail."""
 
 
 def _int_attribute(queue: WorkQueue, name: str, problems: list[str]) -> int | None:
@@ -68,6 +80,7 @@ def queue_device(prefix: str, kind: IdxdKind, queue: WorkQueue, problems: list[s
         "mode": queue.mode,
         "type": queue.type,
         "device": queue.device,
+        "queue": queue.name,
     }
     for name in ("size", "priority"):
         value = _int_attribute(queue, name, problems)
@@ -85,10 +98,11 @@ def queue_device(prefix: str, kind: IdxdKind, queue: WorkQueue, problems: list[s
     if problem:
         problems.append(problem + "; published as unhealthy")
         health = Health.UNHEALTHY
+    name = device_name(queue, attributes)
     return Device(
-        name=device_name(queue),
+        name=name,
         attributes=attributes,
-        cdi=CdiDevice(kind=f"{kind.namespace}/wq", name=device_name(queue), nodes=cdi_nodes(nodes)),
+        cdi=CdiDevice(kind=f"{kind.namespace}/wq", name=name, nodes=cdi_nodes(nodes)),
         health=health,
         health_message=problem,
         allow_multiple_allocations=queue.mode == "shared",
@@ -99,7 +113,7 @@ def scan_queue_devices(prefix: str, kind: IdxdKind) -> Inventory:
     """Every enabled user queue of ``kind`` under ``prefix``, as DRA devices."""
     queues, problems = find_work_queues(prefix, kind)
     devices = tuple(queue_device(prefix, kind, queue, problems) for queue in queues if queue.type == "user")
-    return Inventory(devices=devices, problems=tuple(problems))
+    return with_defaults(Inventory(devices=devices, problems=tuple(problems)), QUEUE_DEFAULTS)
 
 
 QUEUE_MODES = ("dedicated", "shared")

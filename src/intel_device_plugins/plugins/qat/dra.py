@@ -1,8 +1,10 @@
 """QAT VFs as a DRA driver (``qat.intel.com``), on the DPDK plugin's own discovery and binding.
 
-Each VF is one device with the services its PF is configured for (the plugin's resource name, e.g.
-``sym``, ``dc`` or ``cy``, plus one boolean per service so CEL selectors read naturally), the PF's
-address and the VF's PCI device ID. Preparing gives what the plugin's allocation gives: the VF's
+Each VF is one device named as Intel's QAT DRA driver names it (``qatvf-0000-6b-00-1``) with the
+services its PF is configured for: ``services`` spelled as Intel's driver spells it (the services
+joined by ``;`` in the fixed order sym, asym, dc, dcc, so ``sym;asym`` or ``dc``, and ``""`` for an
+unconfigured PF), plus one boolean per service so CEL selectors read naturally, the PF's address and
+the VF's PCI device ID. Preparing gives what the plugin's allocation gives: the VF's
 vfio group node, ``/dev/vfio/vfio`` and ``QAT<n>=<address>`` numbered from 1 across the claim's VFs.
 The classes ``<services>.qat.intel.com`` map the plugin's resource names.
 
@@ -14,7 +16,7 @@ the kernel plugin gives, ``QAT_SECTION_NAME`` and ``QAT_SECTION_NAME_<resource>_
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,28 +29,44 @@ from intel_device_plugins.dra.model import (
     Device,
     Inventory,
 )
-from intel_device_plugins.dra.placement import placement_attributes
+from intel_device_plugins.dra.placement import PLACEMENT_DEFAULTS, placement_attributes
 from intel_device_plugins.dra.profile import default_claim_edits
-from intel_device_plugins.plugins.qat.discovery import NAMESPACE, VirtualFunction
+from intel_device_plugins.dra.uniform import with_defaults
+from intel_device_plugins.plugins.qat.discovery import GENERIC, NAMESPACE, VirtualFunction
 from intel_device_plugins.plugins.qat.kernel import SECTION_ENV, Section
 from intel_device_plugins.plugins.qat.plugin import QatDpdkPlugin, QatKernelPlugin
 
 SERVICES = ("sym", "asym", "dc", "dcc", "decomp")
-"""The services a PF can be configured for (``cy`` stands for sym plus asym)."""
+"""The services a PF can be configured for, in the order ``services`` lists them (Intel's driver's order
+for the first four; ``decomp``, which it does not know, last)."""
 RESOURCES = ("generic", "sym", "asym", "dc", "cy", "sym-dc", "asym-dc", "dcc", "decomp")
 """Resource names the plugin advertises for the service configurations in use; each gets a class."""
 
 
 def device_name(address: str) -> str:
-    """``0000:3d:01.2`` → ``vf-0000-3d-01-2`` (a DNS label)."""
-    return "vf-" + address.replace(":", "-").replace(".", "-")
+    """``0000:3d:01.2`` → ``qatvf-0000-3d-01-2``: Intel's QAT DRA driver's name for the VF (a DNS label)."""
+    return "qatvf-" + address.replace(":", "-").replace(".", "-")
+
+
+def resource_services(resource: str) -> frozenset[str]:
+    """The services a plugin resource name stands for: ``cy`` → sym and asym, ``generic`` → none."""
+    items = set(resource.split("-")) - {GENERIC}
+    if "cy" in items:
+        items = (items - {"cy"}) | {"sym", "asym"}
+    return frozenset(items)
+
+
+def services_value(resource: str) -> str:
+    """The ``services`` attribute for a plugin resource name, as Intel's driver spells it:
+    ``cy`` → ``sym;asym``, ``asym-dc`` → ``asym;dc``, ``generic`` → ``""``."""
+    items = resource_services(resource)
+    known = [service for service in SERVICES if service in items]
+    return ";".join(known + sorted(items - set(SERVICES)))
 
 
 def service_attributes(resource: str) -> dict[str, AttributeValue]:
-    items = set(resource.split("-"))
-    if "cy" in items:
-        items |= {"sym", "asym"}
-    return {"services": resource, **{service: service in items for service in SERVICES}}
+    items = resource_services(resource)
+    return {"services": services_value(resource), **{service: service in items for service in SERVICES}}
 
 
 def vf_device(
@@ -86,7 +104,12 @@ def scan_vf_devices(plugin: QatDpdkPlugin) -> Inventory:
     }
     problems = plugin.problems.current
     devices = [vf_device(vf, *located[vf.address], prefix, problems) for vf in vfs if vf.address in located]
-    return Inventory(devices=tuple(devices), problems=tuple(plugin.problems.current))
+    inventory = Inventory(devices=tuple(devices), problems=tuple(plugin.problems.current))
+    return with_defaults(inventory, VF_DEFAULTS)
+
+
+VF_DEFAULTS: Mapping[str, AttributeValue] = {"pfAddress": "", **PLACEMENT_DEFAULTS}
+"""A VF whose PF is not known has ``pfAddress: ""``; every other attribute is always there."""
 
 
 QAT_DEVICE_CLASSES = (
@@ -95,7 +118,7 @@ QAT_DEVICE_CLASSES = (
         DeviceClassSpec(
             f"{resource}.{NAMESPACE}",
             NAMESPACE,
-            selector=f'device.attributes["{NAMESPACE}"].services == "{resource}"',
+            selector=f'device.attributes["{NAMESPACE}"].services == "{services_value(resource)}"',
             extended_resource_name=f"{NAMESPACE}/{resource}",
         )
         for resource in RESOURCES

@@ -47,6 +47,8 @@ def sgx_devices(prefix: str, epc_bytes: int) -> tuple[Device, ...]:
     provision = Device(
         name="provision",
         attributes={"type": "provision"},
+        # No EPC of its own, but a selector or request naming ``epc`` must not fail on it (dra.uniform).
+        capacity={EPC_CAPACITY: Capacity("0")},
         cdi=CdiDevice(
             kind=f"{NAMESPACE}/sgx", name="provision", nodes=(DeviceNode(provision_path, provision_path),)
         ),
