@@ -2,9 +2,9 @@
 
 Every console script runs ``--help`` inside each image as the image's user with every capability dropped;
 the users are the ones the manifests run them as; the runtime holds no compiler, pip, uv or test code, no
-setuid/setgid and no world-writable file; the operator image holds no shell and no package manager;
-labels and sizes are as documented. A warm cache makes the build a few hash computations, and the checks
-take a few seconds per image.
+setuid/setgid and no world-writable file, and every module of its environment has current bytecode; the
+operator image holds no shell and no package manager; labels and sizes are as documented. A warm cache
+makes the build a few hash computations, and the checks take a few seconds per image.
 """
 
 from __future__ import annotations
@@ -149,6 +149,15 @@ def test_no_setuid_setgid_or_world_writable_file(checks: dict[str, dict[str, Any
     assert result["setid_files"] == [] and result["world_writable"] == [], result["output"]
 
 
+@pytest.mark.parametrize("target", sorted(build.TARGETS))
+def test_every_module_is_compiled_to_bytecode(checks: dict[str, dict[str, Any]], target: str) -> None:
+    """The images run with PYTHONDONTWRITEBYTECODE=1: a module without current bytecode is compiled on
+    every start, at a memory peak (docs/performance.md, "Bytecode")."""
+    result = checks[target]
+    assert result["uncompiled"] == [], result["output"]
+    assert result["compiled_modules"] > 500  # the walk found the environment: grpclib, h2, this project…
+
+
 def test_operator_image_has_no_shell_or_package_manager(checks: dict[str, dict[str, Any]]) -> None:
     result = checks["operator"]
     assert set(build.MINIMAL_FORBIDDEN) <= set(result["forbidden_checked"])
@@ -156,7 +165,11 @@ def test_operator_image_has_no_shell_or_package_manager(checks: dict[str, dict[s
 
 
 def test_findings_are_read_by_kind() -> None:
-    found = build.parse_findings("UID 0\nSETID /usr/bin/su\nnoise\nFORBIDDEN /usr/bin/sh\nHOOKBUNDLE 12\n")
+    found = build.parse_findings(
+        "UID 0\nSETID /usr/bin/su\nnoise\nFORBIDDEN /usr/bin/sh\nHOOKBUNDLE 12\n"
+        "UNCOMPILED /a.py\nCOMPILED 3\n"
+    )
+    assert found["UNCOMPILED"] == ["/a.py"] and found["COMPILED"] == ["3"]
     assert found["UID"] == ["0"] and found["SETID"] == ["/usr/bin/su"] and found["HOOKBUNDLE"] == ["12"]
     assert found["FORBIDDEN"] == ["/usr/bin/sh"] and found["FAILED"] == [] and found["WORLDWRITABLE"] == []
 
