@@ -10,7 +10,10 @@ makes the build a few hash computations, and the checks take a few seconds per i
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import py_compile
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -156,6 +159,33 @@ def test_every_module_is_compiled_to_bytecode(checks: dict[str, dict[str, Any]],
     result = checks[target]
     assert result["uncompiled"] == [], result["output"]
     assert result["compiled_modules"] > 500  # the walk found the environment: grpclib, h2, this project…
+
+
+def test_the_bytecode_check_finds_missing_and_stale_bytecode(tmp_path: Path) -> None:
+    """CHECK_PROGRAM's bytecode walk, run here on a made-up environment (the rest of the walk skipped)."""
+    package = tmp_path / "venv" / "pkg"
+    package.mkdir(parents=True)
+    for name in ("compiled", "missing", "stale"):
+        (package / f"{name}.py").write_text(f"{name} = 1\n")
+    for name in ("compiled", "stale"):
+        py_compile.compile(str(package / f"{name}.py"), doraise=True)
+    os.utime(package / "stale.py", (0, 0))  # edited after compiling: the .pyc no longer matches
+    check_input = {
+        "scripts": [],
+        "forbidden": [],
+        "skip": [f"/{entry}" for entry in os.listdir("/")],
+        "hook": False,
+        "venv": str(tmp_path / "venv"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", build.CHECK_PROGRAM, json.dumps(check_input)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = build.parse_findings(out)
+    assert sorted(found["UNCOMPILED"]) == [str(package / "missing.py"), str(package / "stale.py")]
+    assert found["COMPILED"] == ["1"]
 
 
 def test_operator_image_has_no_shell_or_package_manager(checks: dict[str, dict[str, Any]]) -> None:
