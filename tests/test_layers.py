@@ -20,6 +20,7 @@ FORBIDDEN = (
     ("intel_device_plugins/rmd/model.py", "intel_device_plugins.operator.model", "The Kubernetes toolkit"),
     ("intel_device_plugins/kube/watch.py", "intel_device_plugins.webhooks.store", "The Kubernetes toolkit"),
     ("intel_device_plugins/deviceplugin/model.py", "intel_device_plugins.plugins.gpu", "The frameworks"),
+    ("intel_device_plugins/kubeletapi/rpc.py", "intel_device_plugins.deviceplugin.health", "The frameworks"),
     ("intel_device_plugins/plugins/gpu/plugin.py", "intel_device_plugins.plugins.qat", "The plugins are"),
     ("intel_device_plugins/sim/kubelets.py", "k8stest.binaries", "Nothing shipped"),
     ("intel_device_plugins/operator/kinds/qat.py", "intel_device_plugins.deviceplugin", "The operator knows"),

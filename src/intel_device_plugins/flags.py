@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 
@@ -22,17 +22,23 @@ class GoFlagParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        self.option_strings: set[str] = set()
+        """Every option string added with :meth:`add_argument` (or the flag helpers), kept here because
+        argparse lists its actions only in a private attribute."""
         super().__init__(*args, **kwargs)
 
-    def _get_option_tuples(self, option_string: str) -> list[Any]:
-        # argparse in Python 3.11 still matches single-dash prefixes with allow_abbrev=False.
-        return []
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.option_strings.update(action.option_strings)
+        return action
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
     ) -> tuple[Any, list[str]]:
-        words = sys.argv[1:] if args is None else args
-        return super().parse_known_args(normalise_dashes(words, self), namespace)
+        words = normalise_dashes(sys.argv[1:] if args is None else args, self.option_strings)
+        kept, abbreviated = split_abbreviations(words, self.option_strings)
+        known, extras = super().parse_known_args(kept, namespace)
+        return known, [*extras, *abbreviated]
 
     def add_flag(self, name: str, **kwargs: Any) -> argparse.Action:
         return self.add_argument(f"-{name}", f"--{name}", dest=name.replace("-", "_"), **kwargs)
@@ -42,15 +48,39 @@ class GoFlagParser(argparse.ArgumentParser):
         return self.add_flag(name, nargs="?", const=True, default=False, type=parse_bool, **kwargs)
 
 
-def normalise_dashes(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
-    """Rewrite Go-style ``-flag`` to ``--flag`` for every long option ``parser`` knows only as ``--flag``."""
-    strings = {s for a in parser._actions for s in a.option_strings}
+def normalise_dashes(argv: Sequence[str], strings: Collection[str]) -> list[str]:
+    """Rewrite Go-style ``-flag`` to ``--flag`` for every long option of ``strings`` (a parser's option
+    strings) known only as ``--flag``."""
     longs = {s[2:] for s in strings if s.startswith("--") and "-" + s[2:] not in strings}
     out = []
     for arg in argv:
         name = arg[1:].split("=", 1)[0]
         out.append("-" + arg if arg.startswith("-") and not arg.startswith("--") and name in longs else arg)
     return out
+
+
+def split_abbreviations(argv: Sequence[str], strings: Collection[str]) -> tuple[list[str], list[str]]:
+    """``(argv without abbreviations, the abbreviations)``: single-dash words that argparse would take
+    for a known option they are not (a prefix such as ``-shared`` of ``-shared-dev-num``, or ``-v4``
+    for ``-v 4``), which argparse in Python 3.11 matches even with ``allow_abbrev=False``. They become
+    unrecognized arguments, as Go's flag package has them. Words after ``--`` are left alone."""
+    kept: list[str] = []
+    abbreviated: list[str] = []
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            kept += argv[index:]
+            break
+        name = arg.split("=", 1)[0]
+        single = len(name) > 1 and name[0] == "-" and name[1] != "-"
+        if (
+            single
+            and name not in strings
+            and (name[:2] in strings or any(s.startswith(name) for s in strings))
+        ):
+            abbreviated.append(arg)
+        else:
+            kept.append(arg)
+    return kept, abbreviated
 
 
 def parse_bool(text: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from intel_device_plugins.deviceplugin.health import xpumdwire as wire
+from intel_device_plugins.deviceplugin.health import deviceinfo as pb
 from intel_device_plugins.deviceplugin.health.model import Finding, Severity
 from intel_device_plugins.deviceplugin.health.xpumd import (
     EventLatch,
@@ -15,27 +15,29 @@ from intel_device_plugins.deviceplugin.health.xpumd import (
     health_findings,
 )
 
-PCI = wire.PciInfo("0000:03:00.0", "56c0", "8086")
-GPU = wire.DeviceInformation("u", "Intel Arc A770", PCI)
+PCI = pb.PciInfo("0000:03:00.0", "56c0", "8086")
+GPU = pb.DeviceInformation("u", "Intel Arc A770", PCI)
 
 
-def event(reason: str, severity: int, pci: wire.PciInfo | None = PCI) -> wire.DeviceEvent:
-    return wire.DeviceEvent(wire.DeviceIdentification("u", "m", pci), reason, reason.upper(), severity)
+def event(reason: str, severity: int, pci: pb.PciInfo | None = PCI) -> pb.DeviceEventResponse:
+    return pb.DeviceEventResponse(pb.DeviceIdentification("u", "m", pci), reason, reason.upper(), severity)
 
 
 def test_each_domain_is_a_finding_keyed_by_the_lowercased_pci_address() -> None:
     devices = [
-        wire.DeviceHealth(
-            wire.DeviceInformation(pci=wire.PciInfo("0000:0A:00.0")),
+        pb.DeviceHealth(
+            pb.DeviceInformation(pci=pb.PciInfo("0000:0A:00.0")),
             (
-                wire.HealthStatus("memory", wire.SEVERITY_CRITICAL, "critical", "replace soon"),
-                wire.HealthStatus("frequency", wire.SEVERITY_OK, "ok"),
-                wire.HealthStatus("pci_link", 7, "odd"),
+                pb.HealthStatus(
+                    "memory", pb.SeverityLevel.SEVERITY_LEVEL_CRITICAL, "critical", "replace soon"
+                ),
+                pb.HealthStatus("frequency", pb.SeverityLevel.SEVERITY_LEVEL_OK, "ok"),
+                pb.HealthStatus("pci_link", 7, "odd"),
             ),
         ),
-        wire.DeviceHealth(GPU, ()),
-        wire.DeviceHealth(wire.DeviceInformation(uuid="no-pci"), (wire.HealthStatus("memory", 3),)),
-        wire.DeviceHealth(None, (wire.HealthStatus("memory", 3),)),
+        pb.DeviceHealth(GPU, ()),
+        pb.DeviceHealth(pb.DeviceInformation(uuid="no-pci"), (pb.HealthStatus("memory", 3),)),
+        pb.DeviceHealth(None, (pb.HealthStatus("memory", 3),)),
     ]
     assert health_findings(devices) == (
         Finding("0000:0a:00.0", "xpumd", "memory", Severity.CRITICAL, "critical replace soon"),
@@ -48,11 +50,14 @@ def test_each_domain_is_a_finding_keyed_by_the_lowercased_pci_address() -> None:
 @pytest.mark.parametrize(
     ("severity", "expected"),
     [
-        (wire.EVENT_INFO, None),
-        (wire.EVENT_UNSPECIFIED, None),
-        (wire.EVENT_WARN, None),  # the snapshot carries (and clears) what WARN events announce
-        (wire.EVENT_ERROR, Severity.CRITICAL),
-        (wire.EVENT_FATAL, Severity.FAILED),
+        (pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_INFO, None),
+        (pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_UNSPECIFIED, None),
+        (
+            pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_WARN,
+            None,
+        ),  # the snapshot carries (and clears) what WARN events announce
+        (pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR, Severity.CRITICAL),
+        (pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_FATAL, Severity.FAILED),
     ],
 )
 def test_event_severities_map_to_finding_severities(severity: int, expected: Severity | None) -> None:
@@ -67,30 +72,42 @@ def test_event_severities_map_to_finding_severities(severity: int, expected: Sev
 
 
 def test_an_event_without_a_pci_address_latches_nothing() -> None:
-    assert event_finding(event("device_detach", wire.EVENT_ERROR, pci=None)) is None
-    assert EventLatch().after(event("device_detach", wire.EVENT_ERROR, pci=None)).findings() == ()
+    assert (
+        event_finding(event("device_detach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR, pci=None))
+        is None
+    )
+    assert (
+        EventLatch()
+        .after(event("device_detach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR, pci=None))
+        .findings()
+        == ()
+    )
 
 
 def test_events_latch_per_device_and_reason_until_the_device_is_attached() -> None:
-    other = wire.PciInfo("0000:04:00.0")
+    other = pb.PciInfo("0000:04:00.0")
     latch = (
         EventLatch()
-        .after(event("ras_correctable_errors", wire.EVENT_WARN))
-        .after(event("device_detach", wire.EVENT_ERROR))
-        .after(event("device_detach", wire.EVENT_ERROR, other))
-        .after(event("device_detach", wire.EVENT_FATAL))
+        .after(event("ras_correctable_errors", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_WARN))
+        .after(event("device_detach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR))
+        .after(event("device_detach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR, other))
+        .after(event("device_detach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_FATAL))
     )
     assert [(f.device, f.category, f.severity) for f in latch.findings()] == [
         ("0000:03:00.0", "device_detach", Severity.FAILED),
         ("0000:04:00.0", "device_detach", Severity.CRITICAL),
     ]
-    attached = latch.after(event("device_attach", wire.EVENT_INFO))
+    attached = latch.after(event("device_attach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_INFO))
     assert [f.device for f in attached.findings()] == ["0000:04:00.0"]
 
 
 def test_while_down_every_device_xpumd_spoke_of_is_unknown() -> None:
-    snapshot = health_findings([wire.DeviceHealth(GPU, (wire.HealthStatus("memory", wire.SEVERITY_FAILED),))])
-    latch = EventLatch().after(event("device_detach", wire.EVENT_ERROR, wire.PciInfo("0000:04:00.0")))
+    snapshot = health_findings(
+        [pb.DeviceHealth(GPU, (pb.HealthStatus("memory", pb.SeverityLevel.SEVERITY_LEVEL_FAILED),))]
+    )
+    latch = EventLatch().after(
+        event("device_detach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR, pb.PciInfo("0000:04:00.0"))
+    )
     up = XpumdView(snapshot, latch, StreamState.CONNECTED)
     assert up.findings() == snapshot + latch.findings()
     down = XpumdView(snapshot, latch, StreamState.DOWN, "ConnectionRefusedError: refused")

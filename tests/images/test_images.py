@@ -2,15 +2,18 @@
 
 Every console script runs ``--help`` inside each image as the image's user with every capability dropped;
 the users are the ones the manifests run them as; the runtime holds no compiler, pip, uv or test code, no
-setuid/setgid and no world-writable file; the operator image holds no shell and no package manager;
-labels and sizes are as documented. A warm cache makes the build a few hash computations, and the checks
-take a few seconds per image.
+setuid/setgid and no world-writable file, and every module of its environment has current bytecode; the
+operator image holds no shell and no package manager; labels and sizes are as documented. A warm cache
+makes the build a few hash computations, and the checks take a few seconds per image.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import py_compile
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -149,6 +152,42 @@ def test_no_setuid_setgid_or_world_writable_file(checks: dict[str, dict[str, Any
     assert result["setid_files"] == [] and result["world_writable"] == [], result["output"]
 
 
+@pytest.mark.parametrize("target", sorted(build.TARGETS))
+def test_every_module_is_compiled_to_bytecode(checks: dict[str, dict[str, Any]], target: str) -> None:
+    """The images run with PYTHONDONTWRITEBYTECODE=1: a module without current bytecode is compiled on
+    every start, at a memory peak (docs/performance.md, "Bytecode")."""
+    result = checks[target]
+    assert result["uncompiled"] == [], result["output"]
+    assert result["compiled_modules"] > 500  # the walk found the environment: grpclib, h2, this project…
+
+
+def test_the_bytecode_check_finds_missing_and_stale_bytecode(tmp_path: Path) -> None:
+    """CHECK_PROGRAM's bytecode walk, run here on a made-up environment (the rest of the walk skipped)."""
+    package = tmp_path / "venv" / "pkg"
+    package.mkdir(parents=True)
+    for name in ("compiled", "missing", "stale"):
+        (package / f"{name}.py").write_text(f"{name} = 1\n")
+    for name in ("compiled", "stale"):
+        py_compile.compile(str(package / f"{name}.py"), doraise=True)
+    os.utime(package / "stale.py", (0, 0))  # edited after compiling: the .pyc no longer matches
+    check_input = {
+        "scripts": [],
+        "forbidden": [],
+        "skip": [f"/{entry}" for entry in os.listdir("/")],
+        "hook": False,
+        "venv": str(tmp_path / "venv"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", build.CHECK_PROGRAM, json.dumps(check_input)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = build.parse_findings(out)
+    assert sorted(found["UNCOMPILED"]) == [str(package / "missing.py"), str(package / "stale.py")]
+    assert found["COMPILED"] == ["1"]
+
+
 def test_operator_image_has_no_shell_or_package_manager(checks: dict[str, dict[str, Any]]) -> None:
     result = checks["operator"]
     assert set(build.MINIMAL_FORBIDDEN) <= set(result["forbidden_checked"])
@@ -156,7 +195,11 @@ def test_operator_image_has_no_shell_or_package_manager(checks: dict[str, dict[s
 
 
 def test_findings_are_read_by_kind() -> None:
-    found = build.parse_findings("UID 0\nSETID /usr/bin/su\nnoise\nFORBIDDEN /usr/bin/sh\nHOOKBUNDLE 12\n")
+    found = build.parse_findings(
+        "UID 0\nSETID /usr/bin/su\nnoise\nFORBIDDEN /usr/bin/sh\nHOOKBUNDLE 12\n"
+        "UNCOMPILED /a.py\nCOMPILED 3\n"
+    )
+    assert found["UNCOMPILED"] == ["/a.py"] and found["COMPILED"] == ["3"]
     assert found["UID"] == ["0"] and found["SETID"] == ["/usr/bin/su"] and found["HOOKBUNDLE"] == ["12"]
     assert found["FORBIDDEN"] == ["/usr/bin/sh"] and found["FAILED"] == [] and found["WORLDWRITABLE"] == []
 

@@ -7,6 +7,7 @@ import asyncio
 import errno
 import importlib.metadata
 import os
+import re
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from k8stest.kubeletapi import pluginregistration_v1_pb2 as reg_pb
 
 ECHO = Method("/test.Echo/Call", reg.PluginInfo, reg.PluginInfo)
 SLOW = Method("/t.S/Slow", reg.InfoRequest, reg.PluginInfo)
+REPO = Path(__file__).resolve().parents[2]
 WATCH = Method("/t.S/Watch", reg.InfoRequest, reg.PluginInfo, server_streaming=True)
 
 
@@ -40,11 +42,29 @@ async def _echo(request: reg.PluginInfo) -> reg.PluginInfo:
 
 
 def test_grpclib_is_the_release_the_request_bound_was_written_for() -> None:
-    """``rpc._h2_stream`` reads grpclib's private stream attribute; a new release must be checked
-    (the oversized-request test below) and ``GRPCLIB_VERSION`` and the pin moved together."""
+    """``rpc._h2_stream`` and ``rpc._connection_guard`` read grpclib's private stream attributes; a new
+    release must be checked (the oversized-request test below, the xpumd client's oversized-message and
+    dropped-connection tests in tests/sim/test_xpumd_sim.py) and ``GRPCLIB_VERSION`` and the pin moved
+    together."""
     assert importlib.metadata.version("grpclib") == GRPCLIB_VERSION
-    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    pyproject = (REPO / "pyproject.toml").read_text()
     assert f'"grpclib=={GRPCLIB_VERSION}"' in pyproject
+
+
+PRIVATE_READ = re.compile(r"\._(stream|wrapper)\b")
+
+
+def test_only_the_wrapper_reads_grpclib_s_private_attributes() -> None:
+    """Every other shipped module goes through ``rpc``'s two accessors, which the pin above covers."""
+    rpc_file = REPO / "src" / "intel_device_plugins" / "kubeletapi" / "rpc.py"
+    readers = sorted(
+        str(path.relative_to(REPO))
+        for path in (REPO / "src" / "intel_device_plugins").rglob("*.py")
+        if PRIVATE_READ.search(path.read_text()) and path != rpc_file
+    )
+    assert readers == []
+    reads = PRIVATE_READ.findall(rpc_file.read_text())
+    assert sorted(reads) == ["stream", "wrapper"], "one read of each, in _h2_stream and _connection_guard"
 
 
 @pytest.fixture

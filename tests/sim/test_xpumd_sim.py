@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from intel_device_plugins.deviceplugin.health import xpumdwire as wire
+from intel_device_plugins.deviceplugin.health import deviceinfo as pb
 from intel_device_plugins.deviceplugin.health.model import HealthSettings, HealthState, Severity, assess
 from intel_device_plugins.deviceplugin.health.xpumd import (
     StreamState,
@@ -74,7 +74,7 @@ async def test_the_simulated_node_s_gpus_are_served_healthy(
     daemon: SimulatedXpumd, client: XpumdClient
 ) -> None:
     first, second = gpus(daemon)
-    assert daemon.xpus[first].info.pci == wire.PciInfo(first, "e211", "8086")
+    assert daemon.xpus[first].info.pci == pb.PciInfo(first, "e211", "8086")
     await until(lambda: healthy(client))
     assert states(client) == {first: HealthState.HEALTHY, second: HealthState.HEALTHY}
     assert {f.category for f in client.findings()} == {"frequency", "memory", "temperature"}

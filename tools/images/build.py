@@ -14,7 +14,8 @@
    package sources, base image, version and revision): a warm run only finds the archives.
 4. Checks: every console script of pyproject.toml runs ``--help`` inside the image, as the image's user,
    with every capability dropped; the user must be the one the manifests run it as; the runtime holds no
-   compiler, pip or uv, no test infrastructure, no setuid/setgid file and no world-writable file, and the
+   compiler, pip or uv, no test infrastructure, no setuid/setgid file and no world-writable file, every
+   module of the environment has current bytecode (the images never write any), and the
    operator image no shell and no package manager either. The checks are a Python program run by the
    image's own interpreter (the operator image has no shell to run a script). The outcome is cached next to
    the archive.
@@ -74,15 +75,44 @@ FORBIDDEN: Final = ("pip", "pip3", "uv", "gcc", "cc", "c++", "make")
 #: Targets with a minimal final stage, and what they must not contain besides FORBIDDEN.
 MINIMAL_TARGETS: Final = frozenset({"operator"})
 MINIMAL_FORBIDDEN: Final = ("sh", "bash", "dash", "apt", "apt-get", "dpkg", "perl", "su", "mount")
+#: The environment whose modules must all be compiled to bytecode.
+VENV: Final = "/opt/venv"
 #: Directories the in-image walk skips: kernel file systems and what the build tool mounts.
 WALK_SKIP: Final = ("/proc", "/sys", "/dev", "/run")
 #: The in-image check (run by the image's interpreter as the image's user; argv[1] is its JSON input).
 #: Prints one finding per line: ``UID n``, ``FAILED what``, ``FORBIDDEN what``, ``SETID path``,
-#: ``WORLDWRITABLE path``, ``HOOKBUNDLE bytes``.
+#: ``WORLDWRITABLE path``, ``HOOKBUNDLE bytes``, ``UNCOMPILED path``, ``COMPILED count``.
+#: Bytecode: every module of the environment must have a ``.pyc`` the interpreter accepts as current (magic
+#: number, and the source's mtime and size, or a hash); the images run with PYTHONDONTWRITEBYTECODE=1, so a
+#: missing or stale one is compiled again on every start, and the compiler's memory sets the process's peak.
 CHECK_PROGRAM: Final = r"""
 import getpass, glob, importlib.util, json, os, shutil, stat, subprocess, sys, tempfile
 args = json.loads(sys.argv[1])
 print("UID", os.getuid())
+compiled = uncompiled = 0
+for top, _, files in os.walk(args["venv"]):
+    for name in files:
+        if not name.endswith(".py"):
+            continue
+        source = os.path.join(top, name)
+        try:
+            with open(importlib.util.cache_from_source(source), "rb") as pyc:
+                header = pyc.read(16)
+        except OSError:
+            header = b""
+        info = os.stat(source)
+        current = len(header) == 16 and header[:4] == importlib.util.MAGIC_NUMBER and (
+            int.from_bytes(header[4:8], "little") & 1
+            or (int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little"))
+            == (int(info.st_mtime) & 0xFFFFFFFF, info.st_size & 0xFFFFFFFF)
+        )
+        if current:
+            compiled += 1
+        else:
+            uncompiled += 1
+            if uncompiled <= 20:
+                print("UNCOMPILED", source)
+print("COMPILED", compiled)
 for script in args["scripts"]:
     if subprocess.run([script, "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
         print("FAILED", script)
@@ -125,7 +155,7 @@ if args["hook"]:
 """
 #: Identifies what is checked: a cached result of another check is not reused.
 CHECK_VERSION: Final = hashlib.sha256(
-    "\0".join([CHECK_PROGRAM, *FORBIDDEN, *MINIMAL_FORBIDDEN, *WALK_SKIP]).encode()
+    "\0".join([CHECK_PROGRAM, *FORBIDDEN, *MINIMAL_FORBIDDEN, *WALK_SKIP, VENV]).encode()
 ).hexdigest()[:16]
 MERGED_USR_HOOKS: Final = "/usr/share/mmdebstrap/hooks/merged-usr"
 HOST_CA_BUNDLE: Final = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -446,6 +476,7 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         "forbidden": list(forbidden),
         "skip": list(WALK_SKIP),
         "hook": built.target == "node",
+        "venv": VENV,
     }
     ctr = run(["buildah", "from", "--pull=never", "--quiet", built.ref]).stdout.strip()
     started = time.monotonic()
@@ -476,7 +507,7 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         "key": built.key,
         "check_version": CHECK_VERSION,
         "ok": proc.returncode == 0
-        and not any(findings[k] for k in ("FAILED", "FORBIDDEN", "SETID", "WORLDWRITABLE"))
+        and not any(findings[k] for k in ("FAILED", "FORBIDDEN", "SETID", "WORLDWRITABLE", "UNCOMPILED"))
         and findings["UID"] == [expected_user],
         "output": (proc.stdout + proc.stderr).strip()[-2000:],
         "uid": next(iter(findings["UID"]), ""),
@@ -492,12 +523,23 @@ def check_image(built: Built, scripts: Sequence[str]) -> dict[str, Any]:
         "layers": layers,
         "compressed_bytes": sum(size for _, size in layers),
         "uncompressed_bytes": archive_uncompressed_bytes(built.archive),
+        "uncompiled": findings["UNCOMPILED"],
+        "compiled_modules": next((int(n) for n in findings["COMPILED"] if n.isdigit()), 0),
         "fpga_hook_bundle_bytes": next((int(n) for n in findings["HOOKBUNDLE"] if n.isdigit()), None),
         "check_seconds": round(time.monotonic() - started, 2),
     }
 
 
-FINDINGS: Final = ("UID", "FAILED", "FORBIDDEN", "SETID", "WORLDWRITABLE", "HOOKBUNDLE")
+FINDINGS: Final = (
+    "UID",
+    "FAILED",
+    "FORBIDDEN",
+    "SETID",
+    "WORLDWRITABLE",
+    "HOOKBUNDLE",
+    "UNCOMPILED",
+    "COMPILED",
+)
 
 
 def parse_findings(output: str) -> dict[str, list[str]]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from grpclib.client import Channel
+from grpclib.client import Stream as ClientStream
 from grpclib.config import Configuration
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.encoding.base import CodecBase
@@ -40,7 +41,8 @@ MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 WINDOW_BYTES: Final = 1024 * 1024
 """HTTP/2 receive window per connection and per stream: what a peer may send before it is read."""
 GRPCLIB_VERSION: Final = "0.4.9"
-"""The one grpclib release :func:`_h2_stream` is known to work with (pinned in pyproject.toml)."""
+"""The one grpclib release :func:`_h2_stream` and :func:`_connection_guard` are known to work with
+(pinned in pyproject.toml)."""
 _PREFIX = struct.Struct(">?I")
 
 CALL_ERRORS: Final = (OSError, TimeoutError, GRPCError, StreamTerminatedError, ProtocolError)
@@ -69,14 +71,22 @@ class MessageCodec(CodecBase):
             raise GRPCError(Status.INTERNAL, f"undecodable answer: {error}") from error
 
 
-def _h2_stream(stream: Stream[Any, Any]) -> Any:
-    """The HTTP/2 side of a grpclib server stream, which reads a given number of bytes.
+def _h2_stream(stream: Stream[Any, Any] | ClientStream[Any, Any]) -> Any:
+    """The HTTP/2 side of a grpclib server or client stream, which reads a given number of bytes.
 
     grpclib's public ``recv_message`` reads any announced length into memory; there is no public way
-    to read less. This is the only place that uses grpclib's attribute for it, and grpclib is pinned
-    to ``GRPCLIB_VERSION`` (a test fails on any other version, and one sends an oversized request).
+    to read less. This and :func:`_connection_guard` are the only places that use grpclib's private
+    attributes, and grpclib is pinned to ``GRPCLIB_VERSION`` (a test fails on any other version; others
+    send oversized messages both ways and drop connections mid-stream).
     """
     return stream._stream
+
+
+def _connection_guard(stream: ClientStream[Any, Any]) -> contextlib.AbstractContextManager[Any]:
+    """grpclib's guard of a client stream that ends a read when the connection is lost (its own
+    ``recv_message`` reads inside it); a read of :func:`_h2_stream` would otherwise wait forever."""
+    guard: contextlib.AbstractContextManager[Any] = stream._wrapper
+    return guard
 
 
 async def read_request(
@@ -326,6 +336,40 @@ async def call_unary(
         return await call(connection, method, request, timeout)
     finally:
         connection.close()
+
+
+class MessageTooLarge(ValueError):
+    """A message announced longer than the reader's limit; refused before it is read."""
+
+
+async def read_message(stream: ClientStream[Any, Any], limit: int) -> bytes | None:
+    """The next message of a client stream, undecoded, or None at its end (trailers checked: a non-OK
+    status raises ``GRPCError``).
+
+    The 5-byte gRPC prefix is read first and a message announced over ``limit`` is refused unread
+    (``MessageTooLarge``); framing that is no gRPC message raises ``WireError``.
+    """
+    if stream.initial_metadata is None:
+        await stream.recv_initial_metadata()
+    raw = _h2_stream(stream)
+    with _connection_guard(stream):
+        prefix = await raw.recv_data(_PREFIX.size)
+        if not prefix:
+            data = None
+        else:
+            if len(prefix) != _PREFIX.size:
+                raise WireError("truncated gRPC message prefix")
+            compressed, size = _PREFIX.unpack(prefix)
+            if compressed:
+                raise WireError("compressed message (none was asked for)")
+            if size > limit:
+                raise MessageTooLarge(f"message of {size} bytes is over the limit of {limit}")
+            data = await raw.recv_data(size) if size else b""
+            if len(data) != size:
+                raise WireError(f"message cut short at {len(data)} of {size} bytes")
+    if data is None:
+        await stream.recv_trailing_metadata()
+    return data
 
 
 async def stream_messages(

@@ -27,7 +27,7 @@ from grpclib.const import Cardinality, Handler
 from grpclib.encoding.base import CodecBase
 from grpclib.server import Server, Stream
 
-from intel_device_plugins.deviceplugin.health import xpumdwire as wire
+from intel_device_plugins.deviceplugin.health import deviceinfo as pb
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +47,22 @@ class Garbage(StrEnum):
 class SimulatedXpu:
     """One GPU as xpumd sees it: its identity, its health domains, whether it is still there."""
 
-    info: wire.DeviceInformation
-    domains: dict[str, wire.HealthStatus] = field(default_factory=dict)
+    info: pb.DeviceInformation
+    domains: dict[str, pb.HealthStatus] = field(default_factory=dict)
     present: bool = True
 
     @property
     def bdf(self) -> str:
         return self.info.pci.bdf if self.info.pci else ""
 
-    def health(self) -> wire.DeviceHealth:
-        return wire.DeviceHealth(self.info, tuple(self.domains[name] for name in sorted(self.domains)))
+    def health(self) -> pb.DeviceHealth:
+        return pb.DeviceHealth(self.info, tuple(self.domains[name] for name in sorted(self.domains)))
 
 
-def healthy_domains() -> dict[str, wire.HealthStatus]:
+def healthy_domains() -> dict[str, pb.HealthStatus]:
     """The domains xpumd's default configuration reports for a good GPU (its integration test's)."""
     return {
-        name: wire.HealthStatus(name, wire.SEVERITY_OK, "ok")
+        name: pb.HealthStatus(name, pb.SeverityLevel.SEVERITY_LEVEL_OK, "ok")
         for name in ("frequency", "memory", "temperature")
     }
 
@@ -85,12 +85,12 @@ def xpus_of_tree(root: Path) -> list[SimulatedXpu]:
 
         device_id = hex_id("device")
         numbers = bdf.replace(":", "").replace(".", "")
-        info = wire.DeviceInformation(
+        info = pb.DeviceInformation(
             uuid=f"{numbers[:8]:0>8}-0000-0000-0000-{device_id:0>12}",
             model=f"Intel GPU {device_id}",
-            pci=wire.PciInfo(bdf, device_id, hex_id("vendor")),
-            firmwares=(wire.FirmwareInfo("gfx", "1.0.0.0"),),
-            memory=(wire.MemoryInfo("gddr6", "", 16 << 30),),
+            pci=pb.PciInfo(bdf, device_id, hex_id("vendor")),
+            firmwares=(pb.FirmwareInfo("gfx", "1.0.0.0"),),
+            memory=(pb.MemoryInfo("gddr6", "", 16 << 30),),
         )
         xpus.append(SimulatedXpu(info, healthy_domains()))
     return xpus
@@ -154,10 +154,10 @@ class SimulatedXpumd:
             path.unlink(missing_ok=True)
         self._stopping = asyncio.Event()
         handlers = {
-            wire.WATCH_HEALTH: Handler(
+            pb.DeviceInfo.WatchDeviceHealth.path: Handler(
                 self._counted(self._watch_health), Cardinality.UNARY_STREAM, bytes, bytes
             ),
-            wire.WATCH_EVENTS: Handler(
+            pb.DeviceInfo.WatchDeviceEvents.path: Handler(
                 self._counted(self._watch_events), Cardinality.UNARY_STREAM, bytes, bytes
             ),
         }
@@ -210,29 +210,33 @@ class SimulatedXpumd:
 
     def set_domain(self, bdf: str, name: str, severity: int, reason: str = "", message: str = "") -> None:
         """One health domain of one GPU, as xpumd's mapping would report it."""
-        self.xpus[bdf].domains[name] = wire.HealthStatus(name, severity, reason or name, message)
+        self.xpus[bdf].domains[name] = pb.HealthStatus(name, severity, reason or name, message)
         self._changed_now()
 
     def overheat(self, bdf: str) -> None:
         """The GPU runs over its temperature warning threshold: xpumd's default mapping says WARNING
         (temperature never goes higher), and a ``temp_threshold1`` event (WARN) is sent."""
         self.set_domain(
-            bdf, "temperature", wire.SEVERITY_WARNING, "warning", "GPU temperature over threshold"
+            bdf,
+            "temperature",
+            pb.SeverityLevel.SEVERITY_LEVEL_WARNING,
+            "warning",
+            "GPU temperature over threshold",
         )
-        self.emit(bdf, "temp_threshold1", wire.EVENT_WARN)
+        self.emit(bdf, "temp_threshold1", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_WARN)
 
     def cool_down(self, bdf: str) -> None:
-        self.set_domain(bdf, "temperature", wire.SEVERITY_OK, "ok")
+        self.set_domain(bdf, "temperature", pb.SeverityLevel.SEVERITY_LEVEL_OK, "ok")
 
-    def memory_errors(self, bdf: str, severity: int = wire.SEVERITY_CRITICAL) -> None:
+    def memory_errors(self, bdf: str, severity: int = pb.SeverityLevel.SEVERITY_LEVEL_CRITICAL) -> None:
         """Uncorrectable memory errors: the ``memory`` domain at ``severity`` (CRITICAL is L0's
         ``critical``/``replace``) and a ``ras_uncorrectable_errors`` event (ERROR)."""
         self.set_domain(bdf, "memory", severity, "critical", "memory health critical")
-        self.emit(bdf, "ras_uncorrectable_errors", wire.EVENT_ERROR)
+        self.emit(bdf, "ras_uncorrectable_errors", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR)
 
     def lose(self, bdf: str) -> None:
         """The GPU falls off the bus: a ``device_detach`` event (ERROR), and it leaves the snapshot."""
-        self.emit(bdf, "device_detach", wire.EVENT_ERROR)
+        self.emit(bdf, "device_detach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR)
         self.xpus[bdf].present = False
         self._changed_now()
 
@@ -241,19 +245,19 @@ class SimulatedXpumd:
         xpu = self.xpus[bdf]
         xpu.present = True
         xpu.domains = healthy_domains()
-        self.emit(bdf, "device_attach", wire.EVENT_INFO)
+        self.emit(bdf, "device_attach", pb.EventSeverityLevel.EVENT_SEVERITY_LEVEL_INFO)
         self._changed_now()
 
     def emit(self, bdf: str, reason: str, severity: int, message: str = "") -> None:
         """An event to every client connected now (there is no replay)."""
         info = self.xpus[bdf].info
-        event = wire.DeviceEvent(
-            wire.DeviceIdentification(info.uuid, info.model, info.pci),
+        event = pb.DeviceEventResponse(
+            pb.DeviceIdentification(info.uuid, info.model, info.pci),
             reason,
             message or reason.upper(),
             severity,
         )
-        data = GARBAGE_MESSAGE if self.garbage is Garbage.MESSAGES else wire.event_response(event)
+        data = GARBAGE_MESSAGE if self.garbage is Garbage.MESSAGES else event.encode()
         for queue in self._subscribers:
             queue.put_nowait(data)
 
@@ -261,7 +265,8 @@ class SimulatedXpumd:
         """The ``DeviceHealthResponse`` a client gets now."""
         if self.garbage is Garbage.MESSAGES:
             return GARBAGE_MESSAGE
-        return wire.health_response(xpu.health() for _, xpu in sorted(self.xpus.items()) if xpu.present)
+        devices = tuple(xpu.health() for _, xpu in sorted(self.xpus.items()) if xpu.present)
+        return pb.DeviceHealthResponse(devices).encode()
 
     def _changed_now(self) -> None:
         self._changed.set()

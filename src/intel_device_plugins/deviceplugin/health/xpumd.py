@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -30,12 +29,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from grpclib.client import Channel, Stream
 from grpclib.const import Cardinality
-from grpclib.encoding.base import CodecBase
 
-from intel_device_plugins.deviceplugin.health import xpumdwire as wire
+from intel_device_plugins.deviceplugin.health import deviceinfo
 from intel_device_plugins.deviceplugin.health.model import Finding, Severity
+from intel_device_plugins.kubeletapi import rpc
+from intel_device_plugins.kubeletapi.wire import Method
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +43,14 @@ SOURCE: Final = "xpumd"
 EVENT_SOURCE: Final = "xpumd-event"
 CONNECTION_CATEGORY: Final = "xpumd"
 """The category of the ``Unknown`` findings the client reports while xpumd cannot say anything."""
-_PREFIX = struct.Struct(">?I")
 
 SEVERITIES: Final[Mapping[int, Severity]] = MappingProxyType({level.value: level for level in Severity})
 """``SeverityLevel`` number → severity (the same numbers); a number not listed here is UNKNOWN."""
 
 EVENT_SEVERITIES: Final[Mapping[int, Severity]] = MappingProxyType(
     {
-        wire.EVENT_ERROR: Severity.CRITICAL,
-        wire.EVENT_FATAL: Severity.FAILED,
+        deviceinfo.EventSeverityLevel.EVENT_SEVERITY_LEVEL_ERROR: Severity.CRITICAL,
+        deviceinfo.EventSeverityLevel.EVENT_SEVERITY_LEVEL_FATAL: Severity.FAILED,
     }
 )
 """``EventSeverityLevel`` → the severity of the finding it latches. WARN and below latch nothing: WARN
@@ -92,14 +90,14 @@ class XpumdSettings:
 # ----- the pure mapping ---------------------------------------------------------------------------------
 
 
-def device_key(pci: wire.PciInfo | None) -> str | None:
+def device_key(pci: deviceinfo.PciInfo | None) -> str | None:
     """The device a message is about: its PCI address, lowercased; None when xpumd gave none."""
     if pci is None or not pci.bdf:
         return None
     return pci.bdf.strip().lower()
 
 
-def health_findings(devices: Iterable[wire.DeviceHealth]) -> tuple[Finding, ...]:
+def health_findings(devices: Iterable[deviceinfo.DeviceHealth]) -> tuple[Finding, ...]:
     """One finding per health domain of each device with a PCI address; a device with no domains yet
     gets one UNKNOWN finding, so it is still named."""
     findings: list[Finding] = []
@@ -120,7 +118,7 @@ def health_findings(devices: Iterable[wire.DeviceHealth]) -> tuple[Finding, ...]
     return tuple(findings)
 
 
-def event_finding(event: wire.DeviceEvent) -> Finding | None:
+def event_finding(event: deviceinfo.DeviceEventResponse) -> Finding | None:
     """The finding an event latches: ERROR → CRITICAL, FATAL → FAILED; None for the
     rest or for an event that names no PCI address."""
     key = device_key(event.device.pci if event.device else None)
@@ -136,7 +134,7 @@ class EventLatch:
 
     held: Mapping[tuple[str, str], Finding] = field(default_factory=lambda: MappingProxyType({}))
 
-    def after(self, event: wire.DeviceEvent) -> EventLatch:
+    def after(self, event: deviceinfo.DeviceEventResponse) -> EventLatch:
         """The latch once ``event`` arrived: an attach clears the device's events; an ERROR or worse holds."""
         key = device_key(event.device.pci if event.device else None)
         held = dict(self.held)
@@ -181,59 +179,6 @@ class XpumdView:
 # ----- the asyncio shell --------------------------------------------------------------------------------
 
 
-class _RawCodec(CodecBase):
-    """Messages are bytes in and out (``xpumdwire``), so protobuf's runtime is not loaded."""
-
-    @property
-    def __content_subtype__(self) -> str:
-        return "proto"
-
-    def encode(self, message: Any, message_type: Any) -> bytes:
-        if not isinstance(message, bytes):
-            raise TypeError(f"a request must be encoded bytes, not {type(message).__name__}")
-        return message
-
-    def decode(self, data: bytes, message_type: Any) -> bytes:
-        return data
-
-
-class MessageTooLarge(ValueError):
-    """A message announced longer than ``XpumdSettings.max_message_bytes``; refused before it is read."""
-
-
-async def _read_message(stream: Stream[bytes, bytes], limit: int) -> bytes | None:
-    """The next message of the stream, or None at its end (trailers checked: a non-OK status raises).
-
-    grpclib reads any announced length into memory, so the 5-byte gRPC prefix is read first through
-    the stream's HTTP/2 side (``Stream._stream``, as the DRA servers' ``read_request`` does) and a
-    message announced over ``limit`` is refused unread. The read runs inside the stream's
-    ``_wrapper``, grpclib's own guard that ends a read when the connection is lost (as its
-    ``recv_message`` does). grpclib's version is pinned in uv.lock; the tests send an oversized message
-    and drop connections.
-    """
-    if stream.initial_metadata is None:
-        await stream.recv_initial_metadata()
-    raw = stream._stream
-    with stream._wrapper:
-        prefix = await raw.recv_data(_PREFIX.size)
-        if not prefix:
-            data = None
-        else:
-            if len(prefix) != _PREFIX.size:
-                raise wire.WireError("truncated gRPC message prefix")
-            compressed, size = _PREFIX.unpack(prefix)
-            if compressed:
-                raise wire.WireError("compressed message (none was asked for)")
-            if size > limit:
-                raise MessageTooLarge(f"message of {size} bytes is over the limit of {limit}")
-            data = await raw.recv_data(size) if size else b""
-            if len(data) != size:
-                raise wire.WireError(f"message cut short at {len(data)} of {size} bytes")
-    if data is None:
-        await stream.recv_trailing_metadata()
-    return data
-
-
 def _describe(error: BaseException) -> str:
     text = str(error) or type(error).__name__
     return f"{type(error).__name__}: {text}" if text != type(error).__name__ else text
@@ -262,8 +207,13 @@ class XpumdClient:
     async def run(self) -> None:
         """Watch both streams until cancelled; nothing else ends it."""
         await asyncio.gather(
-            self._watch(wire.WATCH_HEALTH, "health", self._on_health, self.settings.stale_after_seconds),
-            self._watch(wire.WATCH_EVENTS, "events", self._on_event, None),
+            self._watch(
+                deviceinfo.DeviceInfo.WatchDeviceHealth,
+                "health",
+                self._on_health,
+                self.settings.stale_after_seconds,
+            ),
+            self._watch(deviceinfo.DeviceInfo.WatchDeviceEvents, "events", self._on_event, None),
         )
 
     # -- state changes, one log line each
@@ -296,13 +246,13 @@ class XpumdClient:
             )
 
     def _on_health(self, data: bytes) -> None:
-        snapshot = health_findings(wire.decode_health_response(data))
+        snapshot = health_findings(deviceinfo.DeviceHealthResponse.decode(data).devices)
         if self.view.health is not StreamState.CONNECTED:
             self._log_state("health", StreamState.CONNECTED, "")
         self._set_view(replace(self.view, snapshot=snapshot, health=StreamState.CONNECTED, problem=""))
 
     def _on_event(self, data: bytes) -> None:
-        event = wire.decode_event_response(data)
+        event = deviceinfo.DeviceEventResponse.decode(data)
         log.info(
             "xpumd event on %s: %s %s (severity %d)",
             device_key(event.device.pci if event.device else None) or "an unnamed device",
@@ -315,7 +265,11 @@ class XpumdClient:
     # -- the loops
 
     async def _watch(
-        self, method: str, name: str, handle: Callable[[bytes], None], stale_after: float | None
+        self,
+        method: Method[Any, Any],
+        name: str,
+        handle: Callable[[bytes], None],
+        stale_after: float | None,
     ) -> None:
         delay = self.settings.first_retry_seconds
         while True:
@@ -341,19 +295,26 @@ class XpumdClient:
             delay = min(delay * 2, self.settings.max_retry_seconds)
 
     async def _session(
-        self, method: str, name: str, handle: Callable[[bytes], None], stale_after: float | None
+        self,
+        method: Method[Any, Any],
+        name: str,
+        handle: Callable[[bytes], None],
+        stale_after: float | None,
     ) -> bool:
-        """One connection: subscribe, hand each message to ``handle``; whether any message came."""
+        """One connection: subscribe, hand each message (undecoded: ``handle`` decodes it) to ``handle``;
+        whether any message came. A message over ``max_message_bytes`` is refused unread."""
         received = False
-        channel = Channel(path=str(self.settings.socket), codec=_RawCodec())
+        channel = rpc.channel(self.settings.socket)
         try:
-            async with channel.request(method, Cardinality.UNARY_STREAM, bytes, bytes) as stream:
-                await stream.send_message(b"", end=True)
+            async with channel.request(
+                method.path, Cardinality.UNARY_STREAM, method.request, method.response
+            ) as stream:
+                await stream.send_message(method.request(), end=True)
                 if name == "events":
                     # Events may not come for hours; the subscription itself is the connection.
                     self._events_state(StreamState.CONNECTED)
                 while True:
-                    reading = _read_message(stream, self.settings.max_message_bytes)
+                    reading = rpc.read_message(stream, self.settings.max_message_bytes)
                     data = await (asyncio.wait_for(reading, stale_after) if stale_after else reading)
                     if data is None:
                         return received
