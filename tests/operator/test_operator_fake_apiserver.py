@@ -137,6 +137,16 @@ class FakeApiServer:
         meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", f"uid-{next(self.uids)}")
         meta["resourceVersion"] = str(next(self.rv))
+        if "spec" in obj:
+            # As a real API server: generation 1 on creation, one more on each change of the spec. The
+            # operator needs it to see a DaemonSet as rolled out (observedGeneration == generation) and as
+            # still holding what it applied; without it every reconcile looks unsettled and applies again.
+            old = self.objects.get(key)
+            generation = (old or {}).get("metadata", {}).get("generation")
+            if old is None or not isinstance(generation, int):
+                meta["generation"] = 1
+            else:
+                meta["generation"] = generation + (old.get("spec") != obj["spec"])
         self.objects[key] = obj
         self.notify(key, event, obj)
         return obj
@@ -254,6 +264,14 @@ class FakeApiServer:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         entry = (key, queue)
         self.watchers.append(entry)
+        if not request.query.get("resourceVersion"):
+            # A watch without a version starts, on a real API server, with an ADDED event for every object
+            # there is: what changed between a client's list and its watch is not lost.
+            fields = request.query.get("fieldSelector", "")
+            name = fields.removeprefix("metadata.name=") if fields.startswith("metadata.name=") else ""
+            for obj in self.list(*key, request.query.get("labelSelector", ""))["items"]:
+                if not name or obj["metadata"]["name"] == name:
+                    queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(obj)})
         resp = web.StreamResponse()
         resp.content_type = "application/json"
         await resp.prepare(request)
@@ -429,12 +447,22 @@ async def test_operator_end_to_end_over_http(cluster: FakeApiServer) -> None:
             )
         )
 
-        # an idle operator writes nothing
-        await asyncio.sleep(0.5)
+        # an idle operator writes nothing: whatever reconciles it after the status converged (a recheck left
+        # from the rollout, the echo of its own status write, or the unchanged objects written again below)
+        # must neither apply the DaemonSet nor patch the status. Two nudges, each waited for, make sure a
+        # reconcile that began after convergence has also finished: the single worker starts the next
+        # reconcile only then, so every write of the first is already in the request log.
+        def reconciled_since(count: int) -> bool:
+            return metrics.reconciles > count
+
         before = len(cluster.requests)
-        await asyncio.sleep(1.0)
+        for key in (cr_key, ds_key):
+            started = metrics.reconciles
+            cluster.put(key, cluster.objects[key], "MODIFIED")
+            await eventually(functools.partial(reconciled_since, started))
         writes = [r for r in cluster.requests[before:] if r[0] in ("PATCH", "POST", "PUT")]
         assert writes == []
+        assert metrics.reconcile_errors == 0
 
         # the CR goes away: no error loop
         cluster.delete(cr_key)
