@@ -24,6 +24,7 @@ FORBIDDEN = (
     ("intel_device_plugins/plugins/gpu/plugin.py", "intel_device_plugins.plugins.qat", "The plugins are"),
     ("intel_device_plugins/sim/kubelets.py", "k8stest.binaries", "Nothing shipped"),
     ("intel_device_plugins/operator/kinds/qat.py", "intel_device_plugins.deviceplugin", "The operator knows"),
+    ("intel_device_plugins/dra/driver.py", "intel_device_plugins.sim.xpumd", "The simulator lies"),
 )
 
 
