@@ -70,6 +70,10 @@ def test_dra_drivers_get_the_same_narrow_rights_standalone_and_from_the_operator
     operator = rules_of(DEPLOY / "operator" / "rbac" / "dra_driver.yaml", "ClusterRole", "dra-driver")
     assert standalone == operator
     assert rules_for(standalone, "nodes") == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    # Health changes become Events on the node: creating them is all (no reading others' Events).
+    assert rules_for(standalone, "events") == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+    ]
     (claims,) = rules_for(standalone, "resourceclaims")
     assert claims["verbs"] == ["get"]
     assert not [r for r in standalone if "secrets" in r["resources"] or "pods" in r["resources"]]

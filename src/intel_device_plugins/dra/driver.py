@@ -20,17 +20,19 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from intel_device_plugins.deviceplugin.cdi import remove_stale_cdi_temporaries
 from intel_device_plugins.deviceplugin.inotify import DirectoryEvent, DirectoryWatcher
 from intel_device_plugins.deviceplugin.model import Health
+from intel_device_plugins.deviceplugin.plugin import Monitors, ObservesUevents, RescansSooner
 from intel_device_plugins.deviceplugin.scanworker import DeadlineScans, wait_any
 from intel_device_plugins.deviceplugin.uevents import Uevent, UeventHub
 from intel_device_plugins.dra import intelcheckpoint
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError, forget_vanished, is_volatile
+from intel_device_plugins.dra.healthevents import NodeEvents, NoEvents
 from intel_device_plugins.dra.kubeletservice import KubeletService
 from intel_device_plugins.dra.liveness import LivenessServer
 from intel_device_plugins.dra.model import Inventory
@@ -93,10 +95,19 @@ class KubeletSide(Protocol):
     def inventory_changed(self, inventory: Inventory) -> None: ...
 
 
+class HealthEventing(Protocol):
+    """What the driver needs of :class:`intel_device_plugins.dra.healthevents.NodeEvents`."""
+
+    def inventory_changed(self, old: Inventory | None, new: Inventory) -> None: ...
+
+    async def run(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class DriverParts:
     publisher: SlicePublishing
     kubelet: KubeletSide
+    events: HealthEventing = field(default_factory=NoEvents)
 
 
 PartsFactory = Callable[[Callable[[], Inventory]], DriverParts]
@@ -147,6 +158,11 @@ class DraDriver:
         self._rescan.set()
 
     def _on_uevent(self, event: Uevent | None) -> None:
+        if isinstance(self.profile, ObservesUevents):
+            try:
+                self.profile.observe_uevent(event)
+            except Exception:
+                log.exception("%s: observing a uevent failed", self.profile.driver_name)
         self._rescan.set()
 
     def _ensure_watches(self) -> None:
@@ -161,7 +177,10 @@ class DraDriver:
         watched = self._watcher.active and all(
             self._watcher.watching(directory) for directory in self.profile.watch_paths()
         )
-        return self.config.event_rescan_interval if watched else self.config.poll_interval
+        interval = self.config.event_rescan_interval if watched else self.config.poll_interval
+        if isinstance(self.profile, RescansSooner):
+            interval = min(interval, self.profile.safety_rescan_interval())
+        return interval
 
     # ----- scanning ------------------------------------------------------------------------------
 
@@ -179,7 +198,8 @@ class DraDriver:
         """Take a scan's inventory; ``True`` when its devices changed (then health and slices follow)."""
         if same_devices(self._inventory, inventory):
             return False
-        first = self._inventory is None
+        old = self._inventory
+        first = old is None
         self._inventory = inventory
         log.info(
             "%s: %s %d devices (%d unhealthy)",
@@ -190,6 +210,7 @@ class DraDriver:
         )
         if self.parts is not None:
             self.parts.kubelet.inventory_changed(inventory)
+            self.parts.events.inventory_changed(old, inventory)
         self._dirty.set()
         return True
 
@@ -225,6 +246,19 @@ class DraDriver:
                 await asyncio.sleep(delay)
                 self._dirty.set()
 
+    # ----- health monitor ------------------------------------------------------------------------
+
+    async def _monitor(self) -> None:
+        """The profile's health monitor (e.g. xpumd's stream); whatever becomes of it, the driver goes on
+        scanning and serving (the devices it spoke for turn ``Unknown``)."""
+        assert isinstance(self.profile, Monitors)
+        try:
+            await self.profile.monitor(self._rescan.set)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: the health monitor failed; serving without it", self.profile.driver_name)
+
     # ----- running -------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -237,6 +271,11 @@ class DraDriver:
         if self._uevents is not None and subsystems:
             unsubscribe = self._uevents.subscribe(subsystems, self._on_uevent)
         tasks: list[asyncio.Task[None]] = []
+        monitor = (
+            asyncio.create_task(self._monitor(), name="health monitor")
+            if isinstance(self.profile, Monitors)
+            else None
+        )
         started = False
         try:
             self._ensure_watches()
@@ -251,11 +290,16 @@ class DraDriver:
             tasks = [
                 asyncio.create_task(self._publish_loop(self.parts.publisher), name="publish slices"),
                 asyncio.create_task(_logged(self.parts.publisher.run(), "follow slices"), name="follow"),
+                asyncio.create_task(_logged(self.parts.events.run(), "health Events"), name="events"),
             ]
             if self._inventory is not None:
+                self.parts.events.inventory_changed(None, self._inventory)
                 self._dirty.set()
             await self._scan_loop(stop)
         finally:
+            if monitor is not None:
+                monitor.cancel()
+                await asyncio.gather(monitor, return_exceptions=True)
             if unsubscribe is not None:
                 unsubscribe()
             self._watcher.close()
@@ -377,6 +421,7 @@ def api_parts(profile: DriverProfile, config: DriverConfig, client: RestClient) 
         return DriverParts(
             publisher=SlicePublisher(client, driver, config.node_name),
             kubelet=KubeletEndpoint(service, DriverSockets(paths, driver, service.handlers())),
+            events=NodeEvents(client, driver, config.node_name),
         )
 
     return build

@@ -33,7 +33,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_document
-from intel_device_plugins.deviceplugin.model import Health
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError
 from intel_device_plugins.dra.claims import ClaimError, allocated_devices, check_claim_uid
 from intel_device_plugins.dra.model import ClaimRef, HealthState, Inventory, PreparedClaim
@@ -73,7 +72,7 @@ def health_report(inventory: Inventory) -> tuple[tuple[str, HealthState, str], .
         sorted(
             (
                 device.name,
-                HealthState.HEALTHY if device.health is Health.HEALTHY else HealthState.UNHEALTHY,
+                device.reported_health,
                 device.health_message[:MAX_HEALTH_MESSAGE],
             )
             for device in inventory.devices

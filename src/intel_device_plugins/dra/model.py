@@ -170,6 +170,16 @@ class Device:
     former_name: str = ""
     """The name an earlier release of the driver published this device under, so claims allocated
     then are still prepared after an upgrade; never published."""
+    health_state: HealthState | None = None
+    """What the kubelet's health stream reports when a health source says more than ``health`` can:
+    ``Unknown`` while the source is down (the device stays schedulable). ``None``: ``health`` as it is."""
+
+    @property
+    def reported_health(self) -> HealthState:
+        """The health the kubelet's health stream reports."""
+        if self.health_state is not None:
+            return self.health_state
+        return HealthState.HEALTHY if self.health is Health.HEALTHY else HealthState.UNHEALTHY
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", _frozen(self.attributes))
@@ -189,6 +199,7 @@ class Device:
                 self.health_issues,
                 self.admin_cdi,
                 self.former_name,
+                self.health_state,
             )
         )
 

@@ -284,6 +284,7 @@ def _segment(text: str) -> str:
 NODES: Final = Resource("/api/v1", "nodes")
 RESOURCE_SLICES: Final = Resource("/apis/resource.k8s.io/v1", "resourceslices")
 RESOURCE_CLAIMS: Final = Resource("/apis/resource.k8s.io/v1", "resourceclaims", namespaced=True)
+EVENTS: Final = Resource("/api/v1", "events", namespaced=True)
 
 
 def selector(terms: Mapping[str, str] | None) -> str:

@@ -23,7 +23,12 @@ allocation.
 Health is the device plugin's: a card whose device nodes are gone is Unhealthy, with the reason. Some
 nodes gone is a warning, tainted ``HealthIssues-DeviceNodesMissing`` ``NoSchedule``; all of them gone
 is critical, ``HealthIssues-DeviceAbsent`` ``NoExecute``, which evicts the pods using the card
-(both effects configurable). An admin-access allocation (monitoring) also gets the card's MEI device nodes.
+(both effects configurable). With health sources on (xpumd, the kernel's signals: the GPU plugin's
+:class:`~intel_device_plugins.plugins.gpu.health.GpuHealth`), a card's verdict adds to that
+(:func:`with_verdict`): an Unhealthy verdict is one issue per deciding finding, named by the
+finding's category (``HealthIssues-memory``) at the verdict's severity, so the same taint policy
+applies; a card no source can speak of (xpumd down) has ``health`` ``Unknown`` and stays schedulable.
+An admin-access allocation (monitoring) also gets the card's MEI device nodes.
 
 SR-IOV: a PF with VFs enabled is published beside its VFs as overlapping partitions of one card. Its
 counter set ``<pf>-functions`` holds one ``functions`` counter per enabled VF; each VF draws one and
@@ -43,15 +48,18 @@ partition and these monitor devices, so it is allocatable on every node whatever
 from __future__ import annotations
 
 import logging
+import math
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from intel_device_plugins.deviceplugin.health.model import UNKNOWN, Verdict
 from intel_device_plugins.deviceplugin.model import CdiDevice, Health
 from intel_device_plugins.deviceplugin.problems import ProblemLog
 from intel_device_plugins.deviceplugin.topology import devices_root
+from intel_device_plugins.deviceplugin.uevents import Uevent
 from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import (
     STANDARD_PCIE_ROOT,
@@ -62,6 +70,7 @@ from intel_device_plugins.dra.model import (
     CounterSet,
     Device,
     HealthIssue,
+    HealthState,
     HealthTaints,
     Inventory,
     RequestPolicy,
@@ -81,6 +90,7 @@ from intel_device_plugins.plugins.gpu.discovery import (
     SriovRole,
     scan_cards,
 )
+from intel_device_plugins.plugins.gpu.health import GpuHealth
 from intel_device_plugins.plugins.gpu.models import model_of
 from intel_device_plugins.sysfs import prefixed
 
@@ -182,7 +192,48 @@ def admin_edits(card: GpuCard) -> CdiDevice | None:
     return replace(cdi, nodes=(*cdi.nodes, *card.mei_nodes))
 
 
-def card_device(card: GpuCard, sys_devices: str) -> Device:
+def with_verdict(device: Device, verdict: Verdict) -> Device:
+    """The device as its health sources' verdict leaves it.
+
+    Unhealthy: one issue per category of the deciding findings, at the verdict's severity, so the
+    driver's taint policy turns a critical verdict into its critical effect and a warning (counted only
+    under ``--ignore-health-warning=false``) into its warning effect. Unknown: the ``health`` attribute
+    and the health stream say ``Unknown`` while the device stays schedulable (unless its own scan
+    found it unhealthy). Healthy: as scanned.
+    """
+    if verdict.state is HealthState.UNHEALTHY:
+        categories: dict[str, list[str]] = {}
+        for finding in verdict.reasons:
+            categories.setdefault(finding.category, []).append(finding.describe())
+        issues = tuple(
+            HealthIssue(category, verdict.severity, "; ".join(messages))
+            for category, messages in categories.items()
+        )
+        message = "; ".join(part for part in (device.health_message, verdict.message) if part)
+        return replace(
+            device,
+            attributes={**device.attributes, "health": HealthState.UNHEALTHY.value},
+            health=Health.UNHEALTHY,
+            health_message=message,
+            health_issues=(*device.health_issues, *issues),
+            health_state=HealthState.UNHEALTHY,
+        )
+    if verdict.state is HealthState.UNKNOWN and device.health is Health.HEALTHY:
+        return replace(
+            device,
+            attributes={**device.attributes, "health": HealthState.UNKNOWN.value},
+            health_message=verdict.message or "no health source speaks for this device",
+            health_state=HealthState.UNKNOWN,
+        )
+    return device
+
+
+def card_device(card: GpuCard, sys_devices: str, verdict: Verdict | None = None) -> Device:
+    device = _scanned_device(card, sys_devices)
+    return device if verdict is None else with_verdict(device, verdict)
+
+
+def _scanned_device(card: GpuCard, sys_devices: str) -> Device:
     return Device(
         name=device_name(card),
         attributes=card_attributes(card, sys_devices),
@@ -216,9 +267,16 @@ def functions_counter_set(pf: GpuCard) -> str:
     return f"{device_name(pf)}-functions"
 
 
-def partition_device(card: GpuCard, sys_devices: str, counter_set: str, draw: int, pf_name: str) -> Device:
+def partition_device(
+    card: GpuCard,
+    sys_devices: str,
+    counter_set: str,
+    draw: int,
+    pf_name: str,
+    verdict: Verdict | None = None,
+) -> Device:
     """A PF with VFs (``draw`` = all of them) or one of its VFs (``draw`` = 1), exclusively allocated."""
-    whole = card_device(card, sys_devices)
+    whole = card_device(card, sys_devices, verdict)
     return replace(
         whole,
         attributes={**whole.attributes, PARTITION_OF: pf_name},
@@ -228,8 +286,28 @@ def partition_device(card: GpuCard, sys_devices: str, counter_set: str, draw: in
     )
 
 
+Verdicts = Callable[[GpuCard], Verdict | None]
+"""A card's verdict from its health sources; ``None`` when no source is on."""
+
+
+def no_verdicts(card: GpuCard) -> Verdict | None:
+    return None
+
+
+def verdicts_by_address(by_address: Mapping[str, Verdict]) -> Verdicts:
+    """Look cards up by PCI address; a card the sources said nothing of is ``Unknown``."""
+
+    def verdict(card: GpuCard) -> Verdict:
+        return by_address.get(os.path.basename(card.sysfs_dir), UNKNOWN)
+
+    return verdict
+
+
 def inventory_of(
-    scan: CardScan | str, sys_devices: str, health_taints: HealthTaints = DEFAULT_HEALTH_TAINTS
+    scan: CardScan | str,
+    sys_devices: str,
+    health_taints: HealthTaints = DEFAULT_HEALTH_TAINTS,
+    verdicts: Verdicts = no_verdicts,
 ) -> Inventory:
     """A card scan as the driver's inventory; an unreadable DRM class directory means no devices."""
     if isinstance(scan, str):
@@ -239,10 +317,12 @@ def inventory_of(
     for card in scan.cards:
         pf = partitioned.get(card.sysfs_dir) or partitioned.get(card.pf_dir)
         if pf is None:
-            devices.append(card_device(card, sys_devices))
+            devices.append(card_device(card, sys_devices, verdicts(card)))
         else:
             draw = pf.enabled_vfs if pf is card else 1
-            partition = partition_device(card, sys_devices, functions_counter_set(pf), draw, device_name(pf))
+            partition = partition_device(
+                card, sys_devices, functions_counter_set(pf), draw, device_name(pf), verdicts(card)
+            )
             devices.append(partition)
             if pf is card:
                 devices.append(monitor_device(partition))
@@ -261,7 +341,9 @@ class GpuDriverProfile:
 
     ``options`` are the device plugin's (ID allow/deny lists, by-path mounts); sharing and
     monitoring are claims' business in DRA, so their options are not used here. ``health_taints``
-    says how unhealthy cards are tainted.
+    says how unhealthy cards are tainted; ``health``, when set, adds the hardware's verdicts (xpumd,
+    kernel signals) to what the scan finds, and brings the framework's optional hooks: ``monitor``
+    runs the xpumd client beside the scans, ``observe_uevent`` feeds the kernel's uevents to it.
     """
 
     prefix: str = ""
@@ -269,6 +351,7 @@ class GpuDriverProfile:
     health_taints: HealthTaints = DEFAULT_HEALTH_TAINTS
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
     cards: CardFactsCache = field(default_factory=CardFactsCache)
+    health: GpuHealth | None = None
 
     @property
     def driver_name(self) -> str:
@@ -276,9 +359,26 @@ class GpuDriverProfile:
 
     def scan(self) -> Inventory:
         scan = scan_cards(self.prefix, self.options, self.cards, with_memory=True, with_partitioned_pfs=True)
-        inventory = inventory_of(scan, devices_root(self.prefix or "/"), self.health_taints)
+        verdicts: Verdicts = no_verdicts
+        if self.health is not None and self.health.settings.enabled and not isinstance(scan, str):
+            _, by_address = self.health.verdicts(self.prefix, (card.name for card in scan.cards))
+            verdicts = verdicts_by_address(by_address)
+        inventory = inventory_of(scan, devices_root(self.prefix or "/"), self.health_taints, verdicts)
         self.problems.report(inventory.problems)
         return inventory
+
+    async def monitor(self, changed: Callable[[], None]) -> None:
+        """xpumd's streams until cancelled (returns at once without xpumd); a change rescans at once."""
+        if self.health is not None:
+            await self.health.monitor(changed)
+
+    def observe_uevent(self, event: Uevent | None) -> None:
+        if self.health is not None:
+            self.health.observe_uevent(event)
+
+    def safety_rescan_interval(self) -> float:
+        """Kernel signals are polled (no uevent announces an AER count)."""
+        return self.health.safety_rescan_interval() if self.health is not None else math.inf
 
     def watch_paths(self) -> Sequence[Path]:
         """As the device plugin: device nodes come and go in ``/dev/dri``, cards in the DRM class."""
