@@ -6,7 +6,10 @@ watches changes or the kernel announces a device event of its subsystems, otherw
 safety net (every ``event_rescan_interval`` while inotify covers every watched directory, every
 ``poll_interval`` when it cannot). A changed inventory goes to the kubelet side at once (health on
 open ``NodeWatchResources`` streams; prepare reads the latest inventory) and to the slice publisher
-from a task of its own, so an API server that does not answer never holds up scanning or the kubelet.
+from a task of its own, so an API server that does not answer never holds up scanning or the kubelet;
+so do the Events on the node for devices turning unhealthy or recovering (:mod:`.healthevents`). A
+profile's health monitor (``monitor``, e.g. xpumd's client) runs beside the scans for as long as the
+driver runs; if it fails, the driver goes on without it.
 
 Start: one scan (waited for up to the scan deadline), then the kubelet side (DRA service, then
 registration), then publishing. A scan that fails or hangs keeps the previous inventory in place.

@@ -3,7 +3,9 @@
 The shape follows the device plugin framework's plugins (a scanner plus a few optional hooks): the
 framework asks ``scan`` on start, on file-system and uevent notices under ``watch_paths`` /
 ``uevent_subsystems``, and periodically as a safety net; it publishes what changed, and prepares claims
-from the latest inventory.
+from the latest inventory. A profile may also have the device-plugin framework's optional health hooks
+(``deviceplugin.plugin``): ``monitor(changed)`` runs beside the scans and a change rescans at once,
+``observe_uevent`` sees each uevent before its rescan, ``safety_rescan_interval`` rescans sooner.
 """
 
 from __future__ import annotations
