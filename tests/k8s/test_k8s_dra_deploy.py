@@ -314,6 +314,8 @@ def test_each_cluster_role_allows_the_drivers_calls_and_no_more(
         assert driver.get(f"{claims}/{claim}")["metadata"]["name"] == claim
         for verb in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"):
             assert allowed(driver, verb, "resource.k8s.io", "resourceslices"), verb
+        # Events on its node when a device turns unhealthy or recovers (they live in "default").
+        assert allowed(driver, "create", "", "events", "default")
         # And nothing more.
         for verb, group, resource, namespace in (
             ("list", "resource.k8s.io", "resourceclaims", "default"),
@@ -329,7 +331,10 @@ def test_each_cluster_role_allows_the_drivers_calls_and_no_more(
             ("get", "", "pods", own_namespace),
             ("get", "", "secrets", own_namespace),
             ("list", "", "configmaps", own_namespace),
-            ("create", "", "events", own_namespace),
+            ("get", "", "events", "default"),
+            ("list", "", "events", "default"),
+            ("update", "", "events", "default"),
+            ("delete", "", "events", "default"),
         ):
             assert not allowed(driver, verb, group, resource, namespace), (verb, group, resource)
         denied(lambda: driver.get(claims))
