@@ -96,6 +96,20 @@ def test_intels_health_flags_reach_the_settings() -> None:
     )
 
 
+def test_intels_environment_variables_give_the_health_flags_defaults() -> None:
+    env = {"HEALTH_MONITORING": "true", "IGNORE_HEALTH_WARNING": "false", "XPUMD_SOCKET": "/e.sock"}
+    profile = build_profile(build_parser(env).parse_args(["-node-name=n"]))
+    assert profile.health is not None
+    assert (profile.health.settings.xpumd_endpoint, profile.health.policy.unhealthy_at) == (
+        "/e.sock",
+        Severity.WARNING,
+    )
+    overridden = build_profile(build_parser(env).parse_args(["-node-name=n", "-m=false"]))
+    assert overridden.health is None
+    with pytest.raises(SystemExit):  # a bad value is refused like one on the command line
+        build_parser({"HEALTH_MONITORING": "maybe"}).parse_args(["-node-name=n"])
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [

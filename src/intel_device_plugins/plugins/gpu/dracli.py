@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from intel_device_plugins.dra.cli import new_driver_parser, run_driver_command
@@ -46,8 +47,9 @@ DEFAULT_XPUMD_SOCKET = "/run/xpumd/intelxpuinfo.sock"
 log = logging.getLogger(__name__)
 
 
-def _add_go_bool(parser: GoFlagParser, short: str, name: str, default: bool | None, help: str) -> None:
-    """A boolean flag with Intel's one-letter alias: ``-m``, ``--health-monitoring=false`` …"""
+def _add_go_bool(parser: GoFlagParser, short: str, name: str, default: bool | str | None, help: str) -> None:
+    """A boolean flag with Intel's one-letter alias: ``-m``, ``--health-monitoring=false`` … A string
+    default (from the environment) is parsed like a value given on the command line."""
     parser.add_argument(
         short,
         f"--{name}",
@@ -60,8 +62,11 @@ def _add_go_bool(parser: GoFlagParser, short: str, name: str, default: bool | No
     )
 
 
-def build_parser() -> GoFlagParser:
-    parser = new_driver_parser(PROGRAM, "Kubernetes DRA driver for Intel GPUs (gpu.intel.com).")
+def build_parser(environ: Mapping[str, str] | None = None) -> GoFlagParser:
+    """The driver's flags; Intel's health flags take their defaults from Intel's environment variables
+    (``HEALTH_MONITORING``, ``HEALTH_MONITORING_OPTIONAL``, ``IGNORE_HEALTH_WARNING``, ``XPUMD_SOCKET``)."""
+    env = os.environ if environ is None else environ
+    parser = new_driver_parser(PROGRAM, "Kubernetes DRA driver for Intel GPUs (gpu.intel.com).", env)
     parser.add_flag(
         GPU_BYPATH, type=ByPath, choices=list(ByPath), default=ByPath.SINGLE, help="by-path mounts"
     )
@@ -80,23 +85,33 @@ def build_parser() -> GoFlagParser:
         default=DEFAULT_HEALTH_TAINTS.warning,
         help="taint effect of a card with a health warning",
     )
-    _add_go_bool(parser, "-m", "health-monitoring", False, "watch device health from xpumd (--xpumd-socket)")
+    _add_go_bool(
+        parser,
+        "-m",
+        "health-monitoring",
+        env.get("HEALTH_MONITORING") or False,
+        "watch device health from xpumd (--xpumd-socket)",
+    )
     _add_go_bool(
         parser,
         "-o",
         "health-monitoring-optional",
-        False,
+        env.get("HEALTH_MONITORING_OPTIONAL") or False,
         "accepted for compatibility: an unreachable xpumd never stops this driver (cards are Unknown)",
     )
     _add_go_bool(
         parser,
         "-w",
         "ignore-health-warning",
-        None,
+        env.get("IGNORE_HEALTH_WARNING") or None,
         "xpumd warnings (temperature, power, degraded memory) count as healthy (default true)",
     )
     parser.add_argument(
-        "-x", "--xpumd-socket", dest="xpumd_socket", default=DEFAULT_XPUMD_SOCKET, help="xpumd's socket"
+        "-x",
+        "--xpumd-socket",
+        dest="xpumd_socket",
+        default=env.get("XPUMD_SOCKET") or DEFAULT_XPUMD_SOCKET,
+        help="xpumd's socket",
     )
     parser.add_flag("xpumd-endpoint", default="", help="xpumd's socket, as the GPU plugin names it")
     parser.add_flag(
