@@ -371,6 +371,31 @@ def test_qat_kernel_mode_install_is_the_same_from_kustomize_and_helm(helm: Path,
     assert _diff(_dra_template(helm, "qat", "createNamespace=true"), _kustomize(kubectl, DRA / "qat")) == []
 
 
+GPU_HEALTH = DRA / "gpu" / "health"
+GPU_HEALTH_VALUES = DRA_CHART / "values-gpu-health.yaml"
+
+
+def test_gpu_health_install_is_the_same_from_kustomize_and_helm(helm: Path, kubectl: Path) -> None:
+    """deploy/dra/gpu/health and the chart with values-gpu-health.yaml: the same objects; the driver
+    watches xpumd (-m) through the host's /run/xpumd, mounted read-only, and writes nothing more."""
+    kustomized = _kustomize(kubectl, GPU_HEALTH)
+    name, daemonset = _dra_names("gpu")
+    helm_objs = _template(helm, DRA_CHART, "createNamespace=true", namespace=name, values=GPU_HEALTH_VALUES)
+    assert _diff(helm_objs, kustomized) == []
+    (container,) = kustomized[daemonset]["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-1] == "-m"
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if m.get("readOnly")}
+    volumes = {v["name"]: v["hostPath"] for v in kustomized[daemonset]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mounts["/run/xpumd"]] == {"path": "/run/xpumd", "type": "DirectoryOrCreate"}
+    # The plain install is unchanged, and watches nothing.
+    plain = _kustomize(kubectl, DRA / "gpu")
+    assert _diff(_dra_template(helm, "gpu", "createNamespace=true"), plain) == []
+    (plain_container,) = plain[daemonset]["spec"]["template"]["spec"]["containers"]
+    assert "-m" not in plain_container["args"]
+
+
 def test_gpu_dra_install_has_its_classes(kubectl: Path) -> None:
     classes = {k for k in _kustomize(kubectl, DRA / "gpu") if k[0] == "DeviceClass"}
     assert classes == {
