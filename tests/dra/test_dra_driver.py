@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from intel_device_plugins.deviceplugin.model import CdiDevice, Health
-from intel_device_plugins.deviceplugin.uevents import Deliver, UeventHub, encode_uevent
+from intel_device_plugins.deviceplugin.uevents import Deliver, Uevent, UeventHub, encode_uevent
 from intel_device_plugins.dra.driver import DraDriver, DriverConfig, DriverParts
 from intel_device_plugins.dra.model import AllocatedDevice, Device, Inventory
 from intel_device_plugins.dra.profile import default_claim_edits
@@ -214,6 +214,70 @@ async def test_a_uevent_of_the_profiles_subsystem_rescans(tmp_path: Path, watche
     source.deliver(encode_uevent("remove", "/devices/pci0000:00/0000:00:02.0/drm/card0", "drm"))
 
     await running.until("the empty inventory", lambda: running.recorder.published[-1].devices == ())
+    await running.finish()
+
+
+class MonitoringProfile(ScriptedProfile):
+    """With the optional health hooks: a monitor the test drives, uevents recorded, a sooner rescan."""
+
+    def __init__(self, watched: Path) -> None:
+        super().__init__(watched, subsystems=("drm",))
+        self.changed: Callable[[], None] | None = None
+        self.fail_monitor = asyncio.Event()
+        self.observed: list[str] = []
+
+    async def monitor(self, changed: Callable[[], None]) -> None:
+        self.changed = changed
+        await self.fail_monitor.wait()
+        raise RuntimeError("health daemon client broke")
+
+    def observe_uevent(self, event: Uevent | None) -> None:
+        self.observed.append(event.action if event is not None else "lost")
+        if event is not None and event.action == "change":
+            raise ValueError("a uevent it cannot read")
+
+    def safety_rescan_interval(self) -> float:
+        return 30.0
+
+
+async def test_the_profiles_health_hooks_rescan_at_once_and_never_stop_the_driver(
+    tmp_path: Path, watched: Path
+) -> None:
+    class Source:
+        deliver: Deliver | None = None
+
+        def open(self, deliver: Deliver) -> bool:
+            self.deliver = deliver
+            return True
+
+        def close(self) -> None:
+            self.deliver = None
+
+    source = Source()
+    hub = UeventHub(source)
+    hub.start()
+    profile = MonitoringProfile(watched)
+    running = start(tmp_path, profile, hub)  # 60 s timers: only the hooks can cause the rescans below
+    await running.until("the first publish", lambda: len(running.recorder.published) == 1)
+    assert running.driver.rescan_interval() == 30.0
+
+    assert profile.changed is not None
+    profile.devices = (Device("dev0", health=Health.UNHEALTHY, health_message="the daemon says so"),)
+    profile.changed()
+    await running.until("the monitor's change", lambda: len(running.recorder.published) == 2)
+
+    assert source.deliver is not None
+    profile.devices = (Device("dev0"),)
+    source.deliver(encode_uevent("change", "/devices/pci0000:00/0000:00:02.0/drm/card0", "drm"))
+    await running.until("the uevent's rescan", lambda: len(running.recorder.published) == 3)
+    assert profile.observed == ["change"]  # seen first; its error is logged, the rescan happens
+
+    profile.fail_monitor.set()
+    await asyncio.sleep(0.1)
+    profile.devices = ()
+    (watched / "gone").touch()
+    await running.until("scans after the monitor failed", lambda: len(running.recorder.published) == 4)
+    assert not running.task.done()
     await running.finish()
 
 
