@@ -34,11 +34,13 @@ MAX_PENDING_EVENTS: Final = 256
 
 @dataclass(frozen=True)
 class HealthChange:
-    """One device turning unhealthy (``unhealthy``) or recovering from it, and why."""
+    """One device turning unhealthy (``unhealthy``) or recovering from it, and why; ``now`` is the
+    health it recovered to (``Unknown`` when the source that found the problem went away)."""
 
     device: str
     unhealthy: bool
     message: str
+    now: HealthState = HealthState.HEALTHY
 
 
 def health_changes(old: Inventory | None, new: Inventory) -> tuple[HealthChange, ...]:
@@ -56,7 +58,8 @@ def health_changes(old: Inventory | None, new: Inventory) -> tuple[HealthChange,
         if now_bad and not was_bad:
             changes.append(HealthChange(device.name, True, device.health_message or "unhealthy"))
         elif was_bad and not now_bad and previous is not None:  # (previous is set when was_bad)
-            changes.append(HealthChange(device.name, False, previous.health_message or "unhealthy"))
+            message = previous.health_message or "unhealthy"
+            changes.append(HealthChange(device.name, False, message, device.reported_health))
     return tuple(changes)
 
 
@@ -67,7 +70,10 @@ def node_event(driver: str, node: str, change: HealthChange, now: datetime) -> d
         message = f"{driver} device {change.device} is unhealthy: {change.message}"
     else:
         reason, kind = RECOVERED_REASON, "Normal"
-        message = f"{driver} device {change.device} is healthy again (was: {change.message})"
+        state = (
+            "healthy again" if change.now is HealthState.HEALTHY else f"no longer unhealthy, now {change.now}"
+        )
+        message = f"{driver} device {change.device} is {state} (was: {change.message})"
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",

@@ -136,7 +136,10 @@ def test_one_event_per_change_of_state_and_none_for_unknown() -> None:
     )
     assert health_changes(Inventory((bad,)), Inventory((bad,))) == ()  # still bad: told once
     assert health_changes(Inventory((bad,)), Inventory((unknown,))) == (
-        HealthChange("d0", False, "xpumd memory critical"),
+        HealthChange("d0", False, "xpumd memory critical", HealthState.UNKNOWN),
+    )
+    assert health_changes(Inventory((bad,)), Inventory((healthy,))) == (
+        HealthChange("d0", False, "xpumd memory critical", HealthState.HEALTHY),
     )
     assert health_changes(Inventory((healthy,)), Inventory((unknown,))) == ()
     assert health_changes(Inventory((bad,)), Inventory()) == ()  # gone: no change to tell
@@ -152,6 +155,9 @@ def test_the_event_names_the_node_the_device_and_the_finding() -> None:
     assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-01-02T03:04:05Z"
     recovered = node_event(DRIVER_NAME, "node-a", HealthChange("dev", False, "x"), now)
     assert (recovered["reason"], recovered["type"]) == (RECOVERED_REASON, "Normal")
+    assert recovered["message"] == "gpu.intel.com device dev is healthy again (was: x)"
+    unknown = node_event(DRIVER_NAME, "node-a", HealthChange("dev", False, "x", HealthState.UNKNOWN), now)
+    assert unknown["message"] == "gpu.intel.com device dev is no longer unhealthy, now Unknown (was: x)"
 
 
 # ----- a running driver ---------------------------------------------------------------------------
