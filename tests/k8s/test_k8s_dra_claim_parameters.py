@@ -1,18 +1,18 @@
 """The claim parameter policies (dra/admission.py) on the real API server: a claim or template whose
 opaque parameters a driver would refuse at prepare is refused at creation, the field named; a valid one
-is created. The policies are the ones deploy/dra ships (tests/deploy checks they are generated)."""
+is created. The policies are the ones deploy/dra ships, generated from the drivers' declarations
+(tests/deploy checks they are current)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from intel_device_plugins.dra.admission import claim_parameters_policy
-from intel_device_plugins.plugins.fpga.dra import FPGA_PARAMETER_KINDS
-from intel_device_plugins.plugins.gpu.draparams import GPU_PARAMETER_KINDS
 from k8stest.controlplane import ControlPlane
 from k8stest.kubeclient import ApiError, KubeClient, wait_for
 
@@ -23,6 +23,7 @@ BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindi
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims?dryRun=All"
 TEMPLATES = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates?dryRun=All"
 GPU = "gpu.intel.com"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "dra"
 
 
 def claim_spec(driver: str, parameters: object) -> dict[str, Any]:
@@ -72,9 +73,9 @@ def refusal(client: KubeClient, path: str, obj: dict[str, Any]) -> str | None:
 def policies(k8s_control_plane: ControlPlane) -> Iterator[KubeClient]:
     k8s_admin = k8s_control_plane.client()
     installed = [
-        *claim_parameters_policy(GPU, GPU_PARAMETER_KINDS),
-        *claim_parameters_policy("fpga.intel.com", FPGA_PARAMETER_KINDS),
-        *claim_parameters_policy("qat.intel.com", ()),
+        doc
+        for kind in ("gpu", "fpga", "qat")
+        for doc in yaml.safe_load_all((DEPLOY / kind / "deviceclasses" / "claim-parameters.yaml").read_text())
     ]
     for obj in installed:
         k8s_admin.create(POLICIES if obj["kind"] == "ValidatingAdmissionPolicy" else BINDINGS, obj)
