@@ -121,17 +121,21 @@ def decode(
     return kind, values
 
 
-T = TypeVar("T")
-
-
 def merged(
     kinds: Sequence[ParameterKind], decoded: Sequence[tuple[ParameterKind, dict[str, str]]]
 ) -> tuple[Any, ...]:
     """One instance per kind that any entry set, fields merged in order (later entries win per field)."""
-    per_kind: dict[str, dict[str, str]] = {}
+    per_kind: dict[tuple[str, str], dict[str, str]] = {}
     for kind, values in decoded:
-        per_kind.setdefault(kind.kind, {}).update(values)
-    return tuple(kind.type(**per_kind[kind.kind]) for kind in kinds if kind.kind in per_kind)
+        per_kind.setdefault((kind.api_version, kind.kind), {}).update(values)
+    return tuple(
+        kind.type(**per_kind[(kind.api_version, kind.kind)])
+        for kind in kinds
+        if (kind.api_version, kind.kind) in per_kind
+    )
+
+
+T = TypeVar("T")
 
 
 def parameters_of(config: Sequence[object], cls: type[T]) -> T | None:
