@@ -301,7 +301,12 @@ def _dra_template(helm: Path, kind: str, *sets: str, namespace: str = "") -> dic
 def _policy_user(objs: dict[tuple[str, str], Obj]) -> str:
     """The username the ResourceSlice admission policy restricts, read out of its match condition: a
     comparison with one string literal or a concatenation of several."""
-    (policy,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicy")
+    (policy,) = (
+        o
+        for o in objs.values()
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and not o["metadata"]["name"].endswith("-claim-parameters")
+    )
     (condition,) = policy["spec"]["matchConditions"]
     prefix = "request.userInfo.username == "
     expression = str(condition["expression"])
@@ -330,11 +335,15 @@ def test_dra_chart_renders_what_kustomize_renders(helm: Path, kubectl: Path, kin
         "DaemonSet",
     }
     assert all(name.endswith(f"{kind}.intel.com") for _, name in classes), classes
-    without = {k: v for k, v in kustomized.items() if k not in classes}
+    # The cluster-wide part: the classes and the driver's claim parameter policy, left out together.
+    policy = {k for k in kustomized if k[1] == f"{kind}.intel.com-claim-parameters"}
+    assert {k[0] for k in policy} == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    without = {k: v for k, v in kustomized.items() if k not in classes | policy}
     assert _diff(_dra_template(helm, kind, "createNamespace=true", "deviceClasses=false"), without) == []
     if (DRA / kind / "deviceclasses").is_dir():
         assert classes
         alone = _kustomize(kubectl, DRA / kind / "deviceclasses")
+        assert set(alone) == classes | policy
         assert _diff(_dra_template(helm, kind, "createNamespace=true"), without | alone) == []
 
 
@@ -364,7 +373,9 @@ def test_qat_kernel_mode_install_is_the_same_from_kustomize_and_helm(helm: Path,
     assert volumes[mounts["/usr/local/bin/adf_ctl"]] == {"path": "/usr/local/bin/adf_ctl", "type": "File"}
     classes = {k[1] for k in kustomized if k[0] == "DeviceClass"}
     assert classes == {
-        c["metadata"]["name"] for c in _kustomize(kubectl, QAT_KERNEL / "deviceclasses").values()
+        c["metadata"]["name"]
+        for c in _kustomize(kubectl, QAT_KERNEL / "deviceclasses").values()
+        if c["kind"] == "DeviceClass"
     }
     assert "cy1-dc0.qat.intel.com" in classes and "cy.qat.intel.com" not in classes
     # The DPDK install is unchanged by the kernel variant's values.
@@ -418,8 +429,12 @@ def test_dra_policy_restricts_the_drivers_own_service_account(helm: Path, kubect
         (binding,) = (o for o in objs.values() if o["kind"] == "ClusterRoleBinding")
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
         assert binding["roleRef"]["name"] == name and ("ClusterRole", name) in objs
-        (vap_binding,) = (o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicyBinding")
-        assert vap_binding["spec"] == {"policyName": f"{name}-resourceslices", "validationActions": ["Deny"]}
+        vap_bindings = [o for o in objs.values() if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+        assert {b["spec"]["policyName"] for b in vap_bindings} == {
+            f"{kind}.intel.com-claim-parameters",
+            f"{name}-resourceslices",
+        }
+        assert all(b["spec"]["validationActions"] == ["Deny"] for b in vap_bindings)
         assert ("ValidatingAdmissionPolicy", f"{name}-resourceslices") in objs
         (container,) = pod["containers"]
         assert (container["name"], container["command"]) == (name, [f"intel_{kind}_dra_driver"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from intel_device_plugins.dra.claims import ClaimError, allocated_devices, base_request
 from intel_device_plugins.dra.model import AllocatedDevice, ClaimRef
+from intel_device_plugins.dra.parameters import ParameterKind, api_version, parameter
 from tests.dra.draclaims import DRIVER, NODE, claim, result
 
 UID = "0b6a1c2e-7d3f-4a51-9c8e-2f4b6d8a0c1e"
@@ -106,25 +108,93 @@ def test_exactly_this_drivers_results_survive_in_order(entries: list[tuple[str, 
     assert document == pristine  # the claim is read, never changed
 
 
-def test_opaque_configuration_of_this_driver_reaches_the_requests_it_names_class_entries_first() -> None:
+@dataclass(frozen=True)
+class SampleConfig:
+    mode: str | None = parameter("mode", choices=("a", "b", "c"))
+    name: str | None = parameter("name", pattern="[a-z]+", describe="lower-case letters")
+
+
+KINDS = (ParameterKind(api_version(DRIVER), "SampleConfig", SampleConfig),)
+
+
+def sample(**fields: str) -> dict[str, str]:
+    return {"apiVersion": api_version(DRIVER), "kind": "SampleConfig", **fields}
+
+
+def test_opaque_configuration_reaches_the_requests_it_names_class_fields_first_claim_fields_win() -> None:
     allocated = claim(UID, result("card0", request="gpu"), result("card1", request="other/small"))
     allocated["status"]["allocation"]["devices"]["config"] = [
         {
             "source": "FromClaim",
             "requests": ["gpu"],
-            "opaque": {"driver": DRIVER, "parameters": {"afuId": "claim"}},
+            "opaque": {"driver": DRIVER, "parameters": sample(mode="b")},
         },
         {"source": "FromClaim", "opaque": {"driver": "net.example.com", "parameters": {"x": 1}}},
-        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"afuId": "class"}}},
+        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": sample(mode="a", name="cls")}},
         {
             "source": "FromClaim",
             "requests": ["other/small"],
-            "opaque": {"driver": DRIVER, "parameters": {"b": 2}},
+            "opaque": {"driver": DRIVER, "parameters": sample(name="claim")},
         },
     ]
-    gpu, other = allocated_devices(allocated, REF, DRIVER, NODE)
-    assert gpu.config == ('{"afuId": "class"}', '{"afuId": "claim"}')
-    assert other.config == ('{"afuId": "class"}', '{"b": 2}')
+    gpu, other = allocated_devices(allocated, REF, DRIVER, NODE, KINDS)
+    assert gpu.config == (SampleConfig(mode="b", name="cls"),)
+    assert other.config == (SampleConfig(mode="a", name="claim"),)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        (
+            {"apiVersion": api_version(DRIVER), "kind": "Other"},
+            r"config\[0\].opaque.parameters: apiVersion 'gpu.example.com/v1alpha1' kind 'Other' is not known",
+        ),
+        (
+            {"apiVersion": "v1", "kind": "SampleConfig"},
+            r"config\[0\].opaque.parameters: apiVersion 'v1' kind 'SampleConfig' is not known",
+        ),
+        ({"mode": "a"}, r"config\[0\].opaque.parameters: apiVersion and kind are missing"),
+        (sample(colour="red"), r"config\[0\].opaque.parameters.colour: unknown field of SampleConfig"),
+        (sample(mode=3), r"config\[0\].opaque.parameters.mode: must be a string, not int"),  # type: ignore[arg-type]
+        (sample(mode="z"), r"config\[0\].opaque.parameters.mode: 'z' is not one of a, b, c"),
+        (sample(name="A1"), r"config\[0\].opaque.parameters.name: 'A1' is not lower-case letters"),
+        ("text", r"config\[0\].opaque.parameters: is not an object"),
+    ],
+)
+def test_parameters_the_driver_does_not_accept_fail_naming_claim_request_and_field(
+    parameters: object, message: str
+) -> None:
+    allocated = claim(UID, result("card0", request="gpu/big"))
+    allocated["status"]["allocation"]["devices"]["config"] = [
+        {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": parameters}}
+    ]
+    with pytest.raises(ClaimError, match=r"ResourceClaim ns/claim: request gpu/big: .*" + message):
+        allocated_devices(allocated, REF, DRIVER, NODE, KINDS)
+
+
+def test_a_driver_declaring_no_kinds_refuses_opaque_parameters_addressed_to_it() -> None:
+    allocated = claim(UID, result("card0"))
+    allocated["status"]["allocation"]["devices"]["config"] = [
+        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"afuId": "x"}}}
+    ]
+    with pytest.raises(
+        ClaimError, match=rf"config\[0\].opaque.parameters: driver {DRIVER} accepts no opaque"
+    ):
+        allocated_devices(allocated, REF, DRIVER, NODE)
+
+
+def test_non_opaque_configuration_for_this_drivers_requests_is_refused() -> None:
+    allocated = claim(
+        UID, result("card0", request="gpu"), result("nic0", request="nic", driver="net.example.com")
+    )
+    allocated["status"]["allocation"]["devices"]["config"] = [
+        {"source": "FromClaim", "requests": ["nic"], "opaque": None},  # another driver's request: not ours
+        {"source": "FromClaim", "requests": ["gpu"], "opaque": None},
+    ]
+    with pytest.raises(ClaimError, match=r"request gpu: .*config\[1\]: only opaque parameters are supported"):
+        allocated_devices(allocated, REF, DRIVER, NODE, KINDS)
+    del allocated["status"]["allocation"]["devices"]["config"][1]
+    assert [d.device for d in allocated_devices(allocated, REF, DRIVER, NODE, KINDS)] == ["card0"]
 
 
 def test_configuration_that_is_not_a_list_is_refused_naming_the_field() -> None:

@@ -25,6 +25,7 @@ from intel_device_plugins.dra.kubeletservice import (
     KubeletService,
 )
 from intel_device_plugins.dra.model import ClaimRef, Inventory
+from intel_device_plugins.dra.parameters import ParameterKind, api_version, parameter
 from intel_device_plugins.dra.registration import DriverSockets, SocketPaths
 from intel_device_plugins.kube.rest import MAX_CONNECTIONS, RESOURCE_CLAIMS, RestClient
 from k8stest.fakeclaims import fake_claims_api
@@ -238,6 +239,81 @@ async def test_claims_in_one_call_fail_independently_naming_the_device(root: Pat
         assert "not found" in response.claims[missing.uid].error
         assert set(d.service.checkpoint.load()) == {UID_A}
         assert [p.name for p in d.cdi_dir.iterdir()] == [f"k8s.{DRIVER}-claim_{UID_A}.json"]
+
+
+@dataclass(frozen=True)
+class ModeConfig:
+    mode: str | None = parameter("mode", choices=("fast", "safe"))
+
+
+@dataclass
+class ConfiguredProfile(Profile):
+    """A profile declaring one parameter kind."""
+
+    parameter_kinds: tuple[ParameterKind, ...] = (
+        ParameterKind(api_version(DRIVER), "ModeConfig", ModeConfig),
+    )
+
+
+async def test_claims_with_parameters_the_driver_refuses_fail_naming_the_field_and_leave_nothing(
+    root: Path,
+) -> None:
+    api = ApiServer()
+    kind = {"apiVersion": api_version(DRIVER), "kind": "ModeConfig"}
+    cases = {
+        "good": ({**kind, "mode": "safe"}, ""),
+        "kind": (
+            {**kind, "kind": "Other"},
+            "config[0].opaque.parameters: apiVersion 'gpu.example.com/v1alpha1' kind 'Other' is not known",
+        ),
+        "field": (
+            {**kind, "speed": "fast"},
+            "config[0].opaque.parameters.speed: unknown field of ModeConfig",
+        ),
+        "range": (
+            {**kind, "mode": "slow"},
+            "config[0].opaque.parameters.mode: 'slow' is not one of fast, safe",
+        ),
+    }
+    claims = {}
+    for index, (name, (parameters, _)) in enumerate(cases.items()):
+        document = claim(f"0b6a1c2e-7d3f-4a51-9c8e-2f4b6d8a0c1{index}", result("card0"), name=name)
+        document["status"]["allocation"]["devices"]["config"] = [
+            {
+                "source": "FromClaim",
+                "requests": ["gpu"],
+                "opaque": {"driver": DRIVER, "parameters": parameters},
+            }
+        ]
+        claims[name] = api.add(document)
+    async with (
+        driver(root, api, ConfiguredProfile()) as d,
+        kubelet(d.sockets.paths.registrar) as (channel, _),
+    ):
+        response = await pb_grpc.DRAPluginStub(channel).NodePrepareResources(
+            pb.NodePrepareResourcesRequest(claims=list(claims.values())), timeout=5
+        )
+        for name, (_, message) in cases.items():
+            error = response.claims[claims[name].uid].error
+            if not message:
+                assert error == "" and len(response.claims[claims[name].uid].devices) == 1
+                continue
+            assert f"ResourceClaim ns/{name}: request gpu: status.allocation.devices.{message}" in error, (
+                error
+            )
+            assert not response.claims[claims[name].uid].devices
+        assert set(d.service.checkpoint.load()) == {claims["good"].uid}
+    # The same claims for a driver declaring no kinds: every one refused.
+    async with (
+        driver(root / "plain", api, Profile()) as d,
+        kubelet(d.sockets.paths.registrar) as (channel, _),
+    ):
+        response = await pb_grpc.DRAPluginStub(channel).NodePrepareResources(
+            pb.NodePrepareResourcesRequest(claims=[claims["good"]]), timeout=5
+        )
+        assert (
+            "driver gpu.example.com accepts no opaque parameters" in response.claims[claims["good"].uid].error
+        )
 
 
 async def test_a_deleted_spec_file_is_written_again_on_the_next_prepare(root: Path) -> None:

@@ -16,7 +16,7 @@ it, runs that kind's driver there, and no device plugin serves the node. The sce
 4. DLB and NPU: a claim gets exactly its device node.
 5. QAT in DPDK mode: a claim gets its VF's vfio group node (and /dev/vfio/vfio) and
    ``QAT1=<address>`` in the container's environment.
-6. FPGA region mode: a claim's opaque configuration ``{"afuId": ...}`` names the function; the
+6. FPGA region mode: a claim's opaque configuration (``FpgaConfig`` ``afuId``) names the function; the
    CRI hook programs the region before the container starts.
 7. Every kind's driver killed during prepare and restarted after it, and the kubelet restarted,
    while pods hold a claim of each kind: the pods keep running, the drivers publish again, and once
@@ -401,7 +401,13 @@ def test_fpga_region_claim_programs_the_requested_function_before_the_container_
     )
     template = claim_template("fpga-nlb3", FPGA)
     template["spec"]["spec"]["devices"]["config"] = [
-        {"requests": ["device"], "opaque": {"driver": FPGA, "parameters": {"afuId": NLB3_AFU}}}
+        {
+            "requests": ["device"],
+            "opaque": {
+                "driver": FPGA,
+                "parameters": {"apiVersion": f"{FPGA}/v1alpha1", "kind": "FpgaConfig", "afuId": NLB3_AFU},
+            },
+        }
     ]
     name = "fpga-region"
     script = (
@@ -448,6 +454,7 @@ HELD = {
 def _held_template(kind: str, name: str, selectors: Sequence[str] = ()) -> JSON:
     template = claim_template(name, HELD[kind], selectors=selectors)
     if kind == "fpga":
+        # The deprecated bare form, still accepted by the admission policy and the driver.
         template["spec"]["spec"]["devices"]["config"] = [
             {"requests": ["device"], "opaque": {"driver": FPGA, "parameters": {"afuId": NLB0_AFU}}}
         ]

@@ -8,13 +8,13 @@ other pool cannot be prepared here. Every error names the claim and the field.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from intel_device_plugins.dra.model import AllocatedDevice, ClaimRef
+from intel_device_plugins.dra.parameters import ParameterError, ParameterKind, decode, merged
 
 MAX_RESULTS = 1024
 """More results than any claim can hold (32 requests of at most 32 devices each); a bound on input."""
@@ -86,34 +86,85 @@ def _result(entry: object, where: str) -> AllocatedDevice:
     )
 
 
-def _opaque_configs(devices: Mapping[str, Any], driver: str, where: str) -> list[tuple[frozenset[str], str]]:
-    """(requests it applies to, empty for all; parameters as JSON) of ``driver``'s opaque entries in
-    ``status.allocation.devices.config``, the class's entries before the claim's."""
+@dataclass(frozen=True)
+class _ConfigEntry:
+    """One entry of ``status.allocation.devices.config`` that concerns this driver."""
+
+    rank: int
+    """0 for the class's entries, 1 for the claim's: class defaults come first."""
+    requests: frozenset[str]
+    """The requests it applies to; empty for all."""
+    where: str
+    """Its JSON path in the claim."""
+    parameters: object
+    opaque: bool
+
+    def applies_to(self, full_request: str, request: str) -> bool:
+        return not self.requests or full_request in self.requests or request in self.requests
+
+
+def _config_entries(devices: Mapping[str, Any], driver: str, label: str) -> list[_ConfigEntry]:
+    """This driver's entries of ``status.allocation.devices.config`` (opaque ones addressed to it, and
+    every non-opaque one, which no driver here understands), the class's entries before the claim's."""
+    where = f"{label}: status.allocation.devices"
     entries = devices.get("config") or []
     if not isinstance(entries, list):
         raise ClaimError(f"{where}.config is not a list")
-    found: list[tuple[int, frozenset[str], str]] = []
+    found: list[_ConfigEntry] = []
     for index, entry in enumerate(entries):
-        item = _mapping(entry, f"{where}.config[{index}]")
+        at = f"{where}.config[{index}]"
+        item = _mapping(entry, at)
         opaque = item.get("opaque")
-        if opaque is None or _mapping(opaque, f"{where}.config[{index}].opaque").get("driver") != driver:
+        if opaque is not None and _mapping(opaque, f"{at}.opaque").get("driver") != driver:
             continue
         requests = item.get("requests") or []
         if not isinstance(requests, list) or not all(isinstance(r, str) for r in requests):
-            raise ClaimError(f"{where}.config[{index}].requests is not a list of names")
+            raise ClaimError(f"{at}.requests is not a list of names")
         rank = 0 if item.get("source") == "FromClass" else 1
-        parameters = json.dumps(opaque.get("parameters"), sort_keys=True)
-        found.append((rank, frozenset(requests), parameters))
-    found.sort(key=lambda entry: entry[0])  # stable: the API's order within each source is kept
-    return [(requests, parameters) for _, requests, parameters in found]
+        parameters = opaque.get("parameters") if opaque is not None else None
+        path = f"status.allocation.devices.config[{index}]"
+        found.append(_ConfigEntry(rank, frozenset(requests), path, parameters, opaque is not None))
+    found.sort(key=lambda entry: entry.rank)  # stable: the API's order within each source is kept
+    return found
+
+
+def _request_config(
+    entries: Sequence[_ConfigEntry],
+    kinds: Sequence[ParameterKind],
+    driver: str,
+    full_request: str,
+    request: str,
+    label: str,
+) -> tuple[object, ...]:
+    """The merged, decoded parameters of the entries that apply to one request; an error names the
+    claim, the request and the field."""
+    decoded = []
+    for entry in entries:
+        if not entry.applies_to(full_request, request):
+            continue
+        if not entry.opaque:
+            raise ClaimError(
+                f"{label}: request {full_request}: {entry.where}: only opaque parameters are supported"
+            )
+        try:
+            decoded.append(decode(kinds, driver, entry.parameters, f"{entry.where}.opaque.parameters"))
+        except ParameterError as error:
+            raise ClaimError(f"{label}: request {full_request}: {error}") from None
+    return merged(kinds, decoded)
 
 
 def allocated_devices(
-    claim: Mapping[str, Any], ref: ClaimRef, driver: str, pool: str
+    claim: Mapping[str, Any],
+    ref: ClaimRef,
+    driver: str,
+    pool: str,
+    kinds: Sequence[ParameterKind] = (),
 ) -> tuple[AllocatedDevice, ...]:
     """The results of ``claim``'s allocation that ``driver`` prepares in ``pool``, in allocation order.
 
-    ``ref`` is what the kubelet asked for; the claim must be that one (same UID) and be allocated.
+    ``ref`` is what the kubelet asked for; the claim must be that one (same UID) and be allocated. Each
+    result carries the parameters of the configuration entries for its request, decoded as ``kinds``
+    (the driver's declared parameter kinds) say; entries these do not accept fail the claim.
     """
     label = f"ResourceClaim {ref.namespace}/{ref.name}"
     check_claim_uid(ref.uid)
@@ -135,7 +186,7 @@ def allocated_devices(
         raise ClaimError(
             f"{label}: status.allocation.devices.results has {len(results)} entries, over {MAX_RESULTS}"
         )
-    configs = _opaque_configs(devices, driver, f"{label}: status.allocation.devices")
+    configs = _config_entries(devices, driver, label)
     ours: list[AllocatedDevice] = []
     for index, entry in enumerate(results):
         where = f"{label}: status.allocation.devices.results[{index}]"
@@ -143,11 +194,7 @@ def allocated_devices(
             continue
         result = _result(entry, where)
         full_request = str(_mapping(entry, where).get("request"))
-        config = tuple(
-            parameters
-            for requests, parameters in configs
-            if not requests or full_request in requests or result.request in requests
-        )
+        config = _request_config(configs, kinds, driver, full_request, result.request, label)
         if config:
             result = replace(result, config=config)
         if result.pool != pool:

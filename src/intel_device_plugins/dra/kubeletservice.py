@@ -36,6 +36,7 @@ from intel_device_plugins.deviceplugin.cdi import CdiWriteError, write_cdi_docum
 from intel_device_plugins.dra.checkpoint import Checkpoint, CheckpointError
 from intel_device_plugins.dra.claims import ClaimError, allocated_devices, check_claim_uid
 from intel_device_plugins.dra.model import ClaimRef, HealthState, Inventory, PreparedClaim
+from intel_device_plugins.dra.parameters import parameter_kinds_of
 from intel_device_plugins.dra.prepare import files_to_remove, plan_prepare
 from intel_device_plugins.dra.profile import ClaimPreparationError, DriverProfile
 from intel_device_plugins.kubeletapi import dra_health_v1, dra_health_v1alpha1, dra_v1
@@ -148,7 +149,8 @@ class KubeletService:
         return None  # a spec file vanished: prepare again, which rewrites it
 
     def _prepare_one(self, ref: ClaimRef, claim: Mapping[str, Any]) -> PreparedClaim:
-        allocated = allocated_devices(claim, ref, self.driver, self.node_name)
+        kinds = parameter_kinds_of(self.profile)
+        allocated = allocated_devices(claim, ref, self.driver, self.node_name, kinds)
         plan = plan_prepare(self.profile, ref, allocated, self._inventory())
         if plan.spec_file is None:
             return plan.prepared  # no device of this driver: nothing to undo, so no record to keep

@@ -236,9 +236,9 @@ class AllocatedDevice:
     admin_access: bool = False
     share_id: str | None = None
     consumed_capacity: Mapping[str, str] = field(default_factory=_empty)
-    config: tuple[str, ...] = ()
-    """The opaque ``parameters`` (JSON text) of this driver's configuration entries that apply to the
-    request, class entries first, then the claim's, so later entries override earlier ones."""
+    config: tuple[object, ...] = ()
+    """The decoded opaque parameters that apply to the request, one instance per declared kind
+    (``dra/parameters.py``), fields merged from the class's entries, then the claim's (later ones win)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "consumed_capacity", MappingProxyType(dict(self.consumed_capacity)))

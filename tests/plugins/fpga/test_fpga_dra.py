@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from intel_device_plugins.dra.model import (
     Device,
     Inventory,
 )
+from intel_device_plugins.dra.parameters import ParameterError, decode, merged
 from intel_device_plugins.dra.placement import pci_device_name
 from intel_device_plugins.dra.profile import ClaimPreparationError
 from intel_device_plugins.plugins.fpga.discovery import CRI_HOOK_PATH, Mode
@@ -47,7 +47,13 @@ def test_af_mode_publishes_each_port_with_its_ids(tmp_path: Path) -> None:
 
 
 def region_claim(profile: FpgaDriverProfile, device: Device, *config: dict[str, object]) -> AllocatedDevice:
-    return AllocatedDevice("fpga", "node", device.name, config=tuple(json.dumps(c) for c in config))
+    """The allocation as the claim reader gives it: ``config`` entries decoded and merged in order."""
+    kinds = profile.parameter_kinds
+    decoded = [decode(kinds, "fpga.intel.com", c, "parameters") for c in config]
+    return AllocatedDevice("fpga", "node", device.name, config=merged(kinds, decoded))
+
+
+FPGA_CONFIG = {"apiVersion": "fpga.intel.com/v1alpha1", "kind": "FpgaConfig"}
 
 
 def test_region_mode_prepares_the_hook_and_the_requested_function(tmp_path: Path) -> None:
@@ -58,33 +64,46 @@ def test_region_mode_prepares_the_hook_and_the_requested_function(tmp_path: Path
     region = devices["dfl-fme-1"]
     assert region.name == pci_device_name(str(region.attributes[STANDARD_PCI_BUS_ID]), "region")
     claim = region_claim(
-        profile, region, {"afuId": "AAAA-bbbb"}, {"afuId": "d8424dc4a4a3c413f89e433683f9040b"}
+        profile, region, {"afuId": "AAAA-bbbb"}, {**FPGA_CONFIG, "afuId": "d8424dc4a4a3c413f89e433683f9040b"}
     )
     (edit,) = profile.claim_edits("u", [(claim, region)])
     assert edit.create_runtime_hooks == (CRI_HOOK_PATH,)
     assert edit.env == (
         f"FPGA_REGION_1={region.attributes['interfaceId']}",
         "FPGA_AFU_1=d8424dc4a4a3c413f89e433683f9040b",
-    ), "the claim's last entry naming a function wins"
+    ), "the claim's last entry naming a function wins, the deprecated bare form merging with the kind"
     assert [n.host_path for n in edit.nodes] == [f"{tmp_path}/dev/dfl-port.1"]
 
 
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        (({"afuId": " - "},), "afuId is empty"),
-        (({"afuId": "../../etc"},), "not a valid ID"),
-        (({"afuId": 7},), "must be a string"),
+        ({"afuId": " - "}, r"parameters.afuId: ' - ' is not an AFU ID"),
+        ({"afuId": "../../etc"}, r"parameters.afuId: '../../etc' is not an AFU ID"),
+        ({"afuId": 7}, r"parameters.afuId: must be a string"),
+        ({**FPGA_CONFIG, "afu": "00"}, r"parameters.afu: unknown field of FpgaConfig"),
+        (
+            {"apiVersion": "fpga.intel.com/v1", "kind": "FpgaConfig"},
+            r"parameters: apiVersion .* is not known",
+        ),
     ],
 )
-def test_region_claims_without_a_usable_function_fail_naming_the_request(
-    tmp_path: Path, config: tuple[dict[str, object], ...], message: str
+def test_region_claims_without_a_usable_function_fail_naming_the_field(
+    tmp_path: Path, config: dict[str, object], message: str
 ) -> None:
     node(tmp_path, NODE)
     profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
+    with pytest.raises(ParameterError, match=message):
+        region_claim(profile, by_kernel_name(profile.scan(), "fme")["dfl-fme-0"], config)
+
+
+def test_an_overlong_function_id_fails_at_prepare_naming_the_request(tmp_path: Path) -> None:
+    node(tmp_path, NODE)
+    profile = FpgaDriverProfile(str(tmp_path), Mode.REGION)
     region = by_kernel_name(profile.scan(), "fme")["dfl-fme-0"]
-    with pytest.raises(ClaimPreparationError, match=message):
-        profile.claim_edits("u", [(region_claim(profile, region, *config), region)])
+    claim = region_claim(profile, region, {**FPGA_CONFIG, "afuId": "a" * 200})
+    with pytest.raises(ClaimPreparationError, match=r"request fpga: afuId 'a+' is not a valid ID"):
+        profile.claim_edits("u", [(claim, region)])
 
 
 def test_region_claim_naming_no_function_leaves_it_to_the_containers_variables(tmp_path: Path) -> None:

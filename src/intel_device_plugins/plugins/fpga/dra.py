@@ -7,7 +7,9 @@ Two shapes, as the plugin's modes:
 * ``region``: every FPGA region (FME) is a device with its interface ID. Preparing gives the container
   the region's ports and the ``createRuntime`` hook, which programs the bitstream before the container
   starts, exactly as in the plugin's region mode. A claim may name the function in its opaque
-  configuration (``{"afuId": "<id>"}``): the container then also gets ``FPGA_REGION_<n>``/``FPGA_AFU_<n>``,
+  configuration (``FpgaConfig`` of ``fpga.intel.com/v1alpha1`` with ``afuId``; the bare
+  ``{"afuId": "<id>"}`` is still accepted but deprecated): the container then also gets
+  ``FPGA_REGION_<n>``/``FPGA_AFU_<n>``,
   which replace its own variables of those names (CDI edits apply last), so the claim wins. A claim
   naming none (the one the scheduler makes for ``fpga.intel.com/region-…``) leaves the choice to the
   container's own variables, which the FPGA webhook sets as for the plugin; the hook refuses a variable
@@ -18,18 +20,17 @@ Two shapes, as the plugin's modes:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from intel_device_plugins.deviceplugin.model import CdiDevice, DeviceNode, Health
 from intel_device_plugins.deviceplugin.numa_cache import NumaCache
 from intel_device_plugins.deviceplugin.topology import TopologyError
 from intel_device_plugins.dra.classes import DeviceClassSpec
 from intel_device_plugins.dra.model import AllocatedDevice, AttributeValue, Device, Inventory
+from intel_device_plugins.dra.parameters import ParameterKind, api_version, parameter, parameters_of
 from intel_device_plugins.dra.placement import (
     PLACEMENT_DEFAULTS,
     pci_attributes_of_path,
@@ -52,6 +53,7 @@ from intel_device_plugins.plugins.fpga.discovery import (
 from intel_device_plugins.plugins.fpga.plugin import FpgaPlugin
 
 AFU_PARAMETER = "afuId"
+AFU_ID_PARAMETER_PATTERN = "[0-9A-Fa-f-]*[0-9A-Fa-f][0-9A-Fa-f-]*"
 # Attribute names (in the driver's domain); the DeviceClasses that map the plugin's resource names select
 # on them (webhooks/fpgaclasses.py). A port (af mode) names its region, a region (region modes) counts its
 # ports: which of the two a device has tells the modes apart.
@@ -162,25 +164,29 @@ def region_devices(prefix: str, ports: Sequence[Port], numa: NumaCache, devel: b
     return devices
 
 
+@dataclass(frozen=True)
+class FpgaConfig:
+    """``fpga.intel.com/v1alpha1`` ``FpgaConfig``: the function a region claim wants programmed."""
+
+    afu_id: str | None = parameter(
+        "afuId",
+        pattern=AFU_ID_PARAMETER_PATTERN,
+        describe="an AFU ID (hexadecimal digits, dashes allowed)",
+    )
+
+
+FPGA_PARAMETER_KINDS = (ParameterKind(api_version(NAMESPACE), "FpgaConfig", FpgaConfig, accepts_bare=True),)
+"""The bare form ``{"afuId": …}`` (no ``apiVersion``/``kind``) is still an ``FpgaConfig``; deprecated."""
+
+
 def requested_afu(result: AllocatedDevice) -> str:
-    """The AFU ID the claim asks for in its opaque configuration (the last entry naming one wins), or
-    "" when it names none."""
-    afu = ""
-    for text in result.config:
-        try:
-            parameters: Any = json.loads(text)
-        except ValueError as error:
-            raise ClaimPreparationError(
-                f"request {result.request}: configuration is not JSON: {error}"
-            ) from None
-        if isinstance(parameters, dict) and AFU_PARAMETER in parameters:
-            value = parameters[AFU_PARAMETER]
-            if not isinstance(value, str):
-                raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} must be a string")
-            afu = canonical_id(value)
-            if not afu:
-                raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} is empty")
-    if afu and not is_safe_id(afu):
+    """The AFU ID the claim asks for in its opaque configuration (merged: the claim's entries win over
+    the class's), or "" when it names none."""
+    config = parameters_of(result.config, FpgaConfig)
+    if config is None or config.afu_id is None:
+        return ""
+    afu = canonical_id(config.afu_id)
+    if not is_safe_id(afu):
         raise ClaimPreparationError(f"request {result.request}: {AFU_PARAMETER} {afu!r} is not a valid ID")
     return afu
 
@@ -196,6 +202,7 @@ class FpgaDriverProfile:
     prefix: str = ""
     mode: Mode = Mode.AF
     plugin: FpgaPlugin = field(init=False)
+    parameter_kinds: tuple[ParameterKind, ...] = field(init=False, default=FPGA_PARAMETER_KINDS)
 
     def __post_init__(self) -> None:
         self.plugin = FpgaPlugin(self.prefix, self.mode)

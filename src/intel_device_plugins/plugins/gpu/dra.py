@@ -78,6 +78,7 @@ from intel_device_plugins.dra.model import (
     Taint,
     TaintKeys,
 )
+from intel_device_plugins.dra.parameters import ParameterKind
 from intel_device_plugins.dra.placement import NUMA_NODE, PCI_ADDRESS, numa_attributes, pci_attributes_of_path
 from intel_device_plugins.dra.profile import ClaimPreparationError, default_claim_edits
 from intel_device_plugins.plugins.gpu.discovery import (
@@ -90,6 +91,7 @@ from intel_device_plugins.plugins.gpu.discovery import (
     SriovRole,
     scan_cards,
 )
+from intel_device_plugins.plugins.gpu.draparams import GPU_PARAMETER_KINDS, claims_by_path
 from intel_device_plugins.plugins.gpu.health import GpuHealth
 from intel_device_plugins.plugins.gpu.models import model_of
 from intel_device_plugins.sysfs import prefixed
@@ -352,6 +354,7 @@ class GpuDriverProfile:
     problems: ProblemLog = field(default_factory=lambda: ProblemLog(log))
     cards: CardFactsCache = field(default_factory=CardFactsCache)
     health: GpuHealth | None = None
+    parameter_kinds: tuple[ParameterKind, ...] = field(init=False, default=GPU_PARAMETER_KINDS)
 
     @property
     def driver_name(self) -> str:
@@ -396,7 +399,8 @@ class GpuDriverProfile:
                     f"device {result.device} of driver {DRIVER_NAME} is a PF's monitoring view, "
                     "only for admin access (tolerating the taint is not enough)"
                 )
-        return default_claim_edits(DRIVER_NAME, claim_uid, allocated)
+        edits = default_claim_edits(DRIVER_NAME, claim_uid, allocated)
+        return claims_by_path(edits, allocated, str(prefixed(self.prefix, "/dev/dri/by-path")))
 
 
 # ----- DeviceClasses and the monitoring claim ------------------------------------------------
