@@ -130,10 +130,14 @@ def test_rbac_is_least_privilege(overlay: str) -> None:
             )
             assert {g for r in role["rules"] for g in r["apiGroups"]} == {"", "resource.k8s.io"}
             assert {res for r in role["rules"] for res in r["resources"]} == {
+                "events",
                 "nodes",
                 "resourceclaims",
                 "resourceslices",
             }
+            # Events on the Node when a device's health changes: created, never read or changed.
+            events = [r for r in role["rules"] if "events" in r["resources"]]
+            assert events == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
         if subject["name"] == fpga_sa:
             assert binding["roleRef"]["kind"] == "ClusterRole"
             (role,) = (
